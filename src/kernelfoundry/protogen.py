@@ -17,6 +17,8 @@ def generate(proto_root: Path, out_root: Path) -> list[Path]:
     from grpc_tools import protoc
 
     protos = sorted(proto_root.rglob("*.proto"))
+    if not protos:
+        return []
     include = Path(grpc_tools.__file__).parent / "_proto"
     out_root.mkdir(parents=True, exist_ok=True)
     args = [

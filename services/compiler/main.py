@@ -1,0 +1,45 @@
+"""Compiler service entry point: one worker pool per build target listed in KF_HARDWARE."""
+
+from __future__ import annotations
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
+from kernelfoundry.bus.jetstream import Bus
+from kernelfoundry.config import Settings
+from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.compiler.handlers import CompileHandler
+from kernelfoundry.telemetry.metrics import Metrics
+from kernelfoundry.v1 import build_pb2
+
+SERVICE = "compiler"
+
+
+async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
+    handler = CompileHandler(bus, settings.state_dir / "build-cache", metrics)
+    consumers = []
+    for target in settings.hardware_list:
+        subject = subjects.compile_(target)
+        spec = ConsumerSpec(
+            stream=subjects.WORK_STREAM,
+            durable=f"compiler-{target.replace('.', '-')}",
+            filter_subjects=(subject,),
+            ack_wait_s=settings.ack_wait_s,
+            max_deliver=settings.max_deliver,
+            max_ack_pending=settings.max_ack_pending,
+            heartbeat_s=settings.heartbeat_s,
+        )
+        consumers.append(
+            Consumer(
+                bus,
+                spec,
+                decoder_for(build_pb2.CompileCandidate),
+                handler,
+                service=SERVICE,
+                on_result=metrics_callback(metrics, SERVICE),
+            )
+        )
+    return ServiceParts(consumers=consumers)
+
+
+def main(settings: Settings) -> None:
+    run_service(SERVICE, settings, wire)

@@ -1,0 +1,130 @@
+"""The public gRPC API (KernelFoundryService), served by the evolver.
+
+Validation happens before anything is created: a task that does not import, lacks Model/get_inputs, whose
+reference raises, or whose output cannot tell a kernel from a cheat, is answered with INVALID_ARGUMENT
+naming the problem, and no run, event or message exists for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import grpc
+
+from kernelfoundry.bus.jetstream import Bus
+from kernelfoundry.codec import task_from_proto, task_to_proto
+from kernelfoundry.config import Settings
+from kernelfoundry.services.evolver.runs import RunCoordinator, RunState
+from kernelfoundry.tasks.analysis import reference_op_count
+from kernelfoundry.tasks.loading import load_task_from_source
+from kernelfoundry.tasks.model import Task, TaskError
+from kernelfoundry.tasks.validation import validate_task
+from kernelfoundry.telemetry.logging import get_logger
+from kernelfoundry.telemetry.metrics import Metrics
+from kernelfoundry.v1 import run_pb2, service_pb2, service_pb2_grpc
+
+log = get_logger(__name__)
+
+DEFAULT_BUILD_TARGETS = {"cuda.h200": "cuda.sm90", "cuda.h100": "cuda.sm90", "cuda.a100": "cuda.sm80"}
+
+
+def build_target_for(hardware: str, overrides: dict[str, str]) -> str:
+    """The compiler subject token for an execution hardware token (configuration, not code)."""
+    if hardware in overrides:
+        return overrides[hardware]
+    if hardware.startswith("cpu."):
+        return hardware
+    if hardware in DEFAULT_BUILD_TARGETS:
+        return DEFAULT_BUILD_TARGETS[hardware]
+    raise TaskError("unknown_hardware", f"no build target is configured for hardware {hardware!r}")
+
+
+class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
+    def __init__(self, settings: Settings, bus: Bus, runs: RunCoordinator, metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.runs = runs
+        self.metrics = metrics
+        self.build_targets = settings_build_targets(settings)
+
+    async def _validated(self, request: service_pb2.SubmitRunRequest) -> Task:
+        proto = request.task
+        if not proto.reference_source.strip():
+            raise TaskError("empty_task", "the submitted task has no reference source")
+        parsed = load_task_from_source(proto.reference_source, proto.name or "task")  # static checks
+        task = task_from_proto(proto)
+        if not proto.name:
+            task = parsed
+        await asyncio.to_thread(validate_task, task)
+        return task
+
+    async def SubmitRun(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        config = run_pb2.RunConfig()
+        config.CopyFrom(request.config)
+        config.hardware = config.hardware or "cpu.x86_64"
+        config.generator = config.generator or self.settings.generator
+        config.population = config.population or 4
+        try:
+            task = await self._validated(request)
+            build_target = build_target_for(config.hardware, self.build_targets)
+        except TaskError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc.message}")
+            raise AssertionError("unreachable") from exc
+        config.iterations = config.iterations or task.budget.iterations
+        run_id = f"run-{uuid.uuid4().hex[:12]}"
+        out = self.runs.start_run(
+            run_id, task, task_to_proto(task), config, build_target, reference_op_count(task.reference_source)
+        )
+        await self.bus.publish_all(out)
+        if self.metrics is not None:
+            self.metrics.runs_active.inc()
+        log.info("run submitted", run_id=run_id, task=task.name, hardware=config.hardware)
+        return service_pb2.SubmitRunResponse(run_id=run_id)
+
+    def _run(self, run_id: str) -> RunState | None:
+        return self.runs.runs.get(run_id)
+
+    async def StreamRunProgress(self, request, context) -> AsyncIterator[service_pb2.StreamRunProgressResponse]:  # type: ignore[no-untyped-def,override]  # noqa: N802
+        run = self._run(request.run_id)
+        if run is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
+            return
+        queue: asyncio.Queue[run_pb2.RunProgress] = asyncio.Queue()
+        run.listeners.append(queue)
+        try:
+            yield service_pb2.StreamRunProgressResponse(progress=self.runs.progress(run))
+            while run.active:
+                progress = await queue.get()
+                while not queue.empty():  # coalesce bursts: clients want the latest state
+                    progress = queue.get_nowait()
+                yield service_pb2.StreamRunProgressResponse(progress=progress)
+                if progress.status != run_pb2.RUN_STATUS_RUNNING:
+                    return
+            yield service_pb2.StreamRunProgressResponse(progress=self.runs.progress(run))
+        finally:
+            run.listeners.remove(queue)
+
+    async def GetRun(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        run = self._run(request.run_id)
+        if run is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
+        return service_pb2.GetRunResponse(progress=self.runs.progress(run))  # type: ignore[arg-type]
+
+    async def GetBestKernel(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        run = self._run(request.run_id)
+        if run is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
+        return service_pb2.GetBestKernelResponse(best=self.runs.best_kernel(run))  # type: ignore[arg-type]
+
+    async def CancelRun(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        run = self._run(request.run_id)
+        if run is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
+        await self.bus.publish_all(self.runs.cancel(request.run_id))
+        return service_pb2.CancelRunResponse(progress=self.runs.progress(run))  # type: ignore[arg-type]
+
+
+def settings_build_targets(settings: Settings) -> dict[str, str]:
+    return settings.build_targets_map

@@ -1,0 +1,57 @@
+"""Evolver service entry point: the gRPC API plus the consumer of generation/compile/evaluation events."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.consumer import Consumer, ConsumerSpec
+from kernelfoundry.bus.events import decode_event
+from kernelfoundry.bus.jetstream import Bus
+from kernelfoundry.config import Settings
+from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.evolver.api import KernelFoundryApi
+from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
+from kernelfoundry.services.evolver.runs import RunCoordinator
+from kernelfoundry.telemetry.logging import get_logger
+from kernelfoundry.telemetry.metrics import Metrics
+from kernelfoundry.v1 import service_pb2_grpc
+
+SERVICE = "evolver"
+log = get_logger(__name__)
+
+
+async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
+    runs = RunCoordinator(settings.state_dir)
+    spec = ConsumerSpec(
+        stream=subjects.EVENTS_STREAM,
+        durable="evolver",
+        filter_subjects=EVOLVER_EVENTS,
+        ack_wait_s=settings.ack_wait_s,
+        max_deliver=settings.max_deliver,
+        max_ack_pending=settings.max_ack_pending,
+        heartbeat_s=settings.heartbeat_s,
+        batch=16,
+    )
+    consumer = Consumer(
+        bus, spec, decode_event, EventHandler(runs, metrics), service=SERVICE, on_result=metrics_callback(metrics, SERVICE)
+    )
+    server = grpc.aio.server()
+    service_pb2_grpc.add_KernelFoundryServiceServicer_to_server(KernelFoundryApi(settings, bus, runs, metrics), server)
+    server.add_insecure_port(settings.grpc_address)
+
+    async def serve_grpc(stop: asyncio.Event) -> None:
+        await server.start()
+        log.info("gRPC API listening", address=settings.grpc_address)
+        await stop.wait()
+
+    async def close() -> None:
+        await server.stop(grace=2)
+
+    return ServiceParts(consumers=[consumer], tasks=[serve_grpc], closers=[close])
+
+
+def main(settings: Settings) -> None:
+    run_service(SERVICE, settings, wire)

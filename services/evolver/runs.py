@@ -1,0 +1,514 @@
+"""The evolver's run coordinator: turns events into engine calls and engine plans into messages.
+
+Service layer: no NATS or gRPC here (handlers return the messages to publish), no search policy either
+(that is the pure EvolutionEngine in kernelfoundry.domain). Idempotent by construction: candidate ids
+are derived from request ids, and every event for a candidate already resolved is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.jetstream import Outgoing
+from kernelfoundry.codec import descriptors_to_proto, kernel_from_proto, kernel_to_proto
+from kernelfoundry.domain.descriptors import Descriptors, classify
+from kernelfoundry.domain.engine import EngineConfig, EvolutionEngine, GenerationPlan
+from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo, Mismatch
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.domain.outcomes import Outcome
+from kernelfoundry.tasks.model import Task
+from kernelfoundry.telemetry.logging import get_logger
+from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2, task_pb2
+
+log = get_logger(__name__)
+
+EXTENSIONS = {"cpp": "cpp", "cuda": "cu"}
+
+
+@dataclass
+class CandidateState:
+    info: CandidateInfo
+    source: KernelSource
+    created_at: float
+    compiled: bool = False
+    resolved: bool = False
+    evaluation: evaluation_pb2.EvaluationFinished | None = None
+
+
+@dataclass
+class RunState:
+    run_id: str
+    task: Task
+    task_proto: task_pb2.Task
+    config: run_pb2.RunConfig
+    build_target: str
+    engine: EvolutionEngine
+    reference_ops: int
+    started_at: float = field(default_factory=time.time)
+    status: int = run_pb2.RUN_STATUS_RUNNING
+    generation: int = 0
+    pending_requests: set[str] = field(default_factory=set)
+    handled_requests: set[str] = field(default_factory=set)
+    plans: dict[str, GenerationPlan] = field(default_factory=dict)
+    candidates: dict[str, CandidateState] = field(default_factory=dict)
+    source_hashes: set[str] = field(default_factory=set)
+    generated: int = 0
+    compiled: int = 0
+    correct: int = 0
+    failed: int = 0
+    best_id: str = ""
+    best_speedup: float = 0.0
+    best_path: str = ""
+    message: str = ""
+    finished_at: float | None = None
+    listeners: list[asyncio.Queue[run_pb2.RunProgress]] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.status == run_pb2.RUN_STATUS_RUNNING
+
+    def unresolved(self) -> int:
+        return sum(1 for c in self.candidates.values() if not c.resolved)
+
+
+def source_digest(source: KernelSource) -> str:
+    h = hashlib.sha256()
+    h.update(source.language.encode())
+    h.update(source.code.encode())
+    h.update(source.glue.encode())
+    h.update(repr(sorted(source.defines().items())).encode())
+    return h.hexdigest()
+
+
+class RunCoordinator:
+    """All runs of this evolver process."""
+
+    def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
+        self.state_dir = state_dir
+        self.clock = clock
+        self.runs: dict[str, RunState] = {}
+
+    # -- starting ---------------------------------------------------------------------------------------
+    def start_run(
+        self,
+        run_id: str,
+        task: Task,
+        task_proto: task_pb2.Task,
+        config: run_pb2.RunConfig,
+        build_target: str,
+        reference_ops: int,
+    ) -> list[Outgoing]:
+        engine = EvolutionEngine(
+            EngineConfig(
+                generations=config.iterations,
+                population=config.population,
+                sweeps=config.sweeps,
+                islands=max(1, config.islands),
+                seed=config.seed,
+            ),
+            started_at=self.clock(),
+        )
+        run = RunState(
+            run_id=run_id,
+            task=task,
+            task_proto=task_proto,
+            config=config,
+            build_target=build_target,
+            engine=engine,
+            reference_ops=reference_ops,
+            started_at=self.clock(),
+        )
+        self.runs[run_id] = run
+        submitted = run_pb2.RunSubmitted(run_id=run_id, task=task_proto, config=config, submitted_at=run.started_at)
+        out = [Outgoing(subjects.RUN_SUBMITTED, submitted, f"submitted-{run_id}")]
+        out += self._seed_initial_kernels(run)
+        out += self._next_generation(run)
+        self._notify(run)
+        return out
+
+    def _seed_initial_kernels(self, run: RunState) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        for i, kernel in enumerate(run.task.initial_kernels):
+            if kernel.language != self._language(run):
+                continue
+            out += self._accept_candidate(
+                run,
+                candidate_id=f"{run.run_id}-init{i}",
+                source=kernel,
+                reported=None,
+                parent_id=None,
+                operator="seed",
+                request_id=f"{run.run_id}-init",
+                rationale="initial kernel from the task",
+                plan=None,
+            )
+        return out
+
+    def _language(self, run: RunState) -> str:
+        return "cuda" if run.config.hardware.startswith("cuda") else "cpp"
+
+    # -- generation -------------------------------------------------------------------------------------
+    def _next_generation(self, run: RunState) -> list[Outgoing]:
+        now = self.clock()
+        if run.engine.should_stop(now):
+            return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, "budget reached")
+        plans = run.engine.plan_generation(now)
+        if not plans:
+            return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, "nothing left to try")
+        run.generation = run.engine.generation
+        out: list[Outgoing] = []
+        for index, plan in enumerate(plans):
+            request_id = f"{run.run_id}-g{run.generation}-r{index}"
+            if plan.params is not None and plan.parent_id is not None:
+                out += self._sweep_candidate(run, plan, request_id)
+                continue
+            out.append(self._generation_request(run, plan, request_id))
+        if not run.pending_requests and run.unresolved() == 0:
+            # Every plan was a duplicate sweep point: move on rather than stall.
+            return out + self._next_generation(run)
+        return out
+
+    def _generation_request(self, run: RunState, plan: GenerationPlan, request_id: str) -> Outgoing:
+        request = search_pb2.GenerateCandidates(
+            request_id=request_id,
+            run_id=run.run_id,
+            task=run.task_proto,
+            backend=self._backend(run),
+            mutation=plan.operator if plan.parent_id else "",
+            hints=list(plan.hints),
+            guidance=dict(plan.guidance),
+            proposal_weights=dict(plan.proposal_weights),
+            count=plan.count,
+            seed=plan.seed,
+            repair=plan.repair_of is not None,
+            iteration=run.generation,
+            prompt_variant_id=plan.prompt_variant_id or "",
+            generator=run.config.generator,
+            island=plan.island,
+        )
+        parent_id = plan.repair_of or plan.parent_id
+        if parent_id and parent_id in run.candidates:
+            parent = run.candidates[parent_id]
+            evaluation = parent.evaluation
+            request.parent.CopyFrom(
+                search_pb2.ParentKernel(
+                    candidate_id=parent_id,
+                    source=kernel_to_proto(parent.source),
+                    descriptors=descriptors_to_proto(parent.info.descriptors),
+                    speedup=evaluation.speedup if evaluation else 0.0,
+                    runtime_ms=evaluation.runtime_ms if evaluation else 0.0,
+                    feedback=plan.feedback,
+                )
+            )
+        run.pending_requests.add(request_id)
+        run.plans[request_id] = plan
+        return Outgoing(subjects.generate(run.config.generator), request, request_id)
+
+    def _backend(self, run: RunState) -> str:
+        return run.config.hardware.split(".", 1)[0]
+
+    def _sweep_candidate(self, run: RunState, plan: GenerationPlan, request_id: str) -> list[Outgoing]:
+        assert plan.parent_id is not None and plan.params is not None
+        parent = run.candidates.get(plan.parent_id)
+        if parent is None:
+            return []
+        source = KernelSource(
+            language=parent.source.language,
+            code=parent.source.code,
+            entry_point=parent.source.entry_point,
+            glue=parent.source.glue,
+            tunables=parent.source.tunables,
+            params=dict(plan.params),
+        )
+        return self._accept_candidate(
+            run,
+            candidate_id=f"{request_id}-c0",
+            source=source,
+            reported=parent.info.reported,
+            parent_id=plan.parent_id,
+            operator="retune",
+            request_id=request_id,
+            rationale=f"tunable sweep point {dict(plan.params)}",
+            plan=plan,
+        )
+
+    # -- events -----------------------------------------------------------------------------------------
+    def on_generated(self, event: search_pb2.CandidatesGenerated) -> list[Outgoing]:
+        run = self.runs.get(event.run_id)
+        if run is None or event.request_id in run.handled_requests:
+            return []
+        run.handled_requests.add(event.request_id)
+        run.pending_requests.discard(event.request_id)
+        plan = run.plans.pop(event.request_id, None)
+        out: list[Outgoing] = []
+        if run.active:
+            if event.error_reason:
+                log.warning("generation failed", run_id=run.run_id, reason=event.error_reason, message=event.error_message)
+            for index, generated in enumerate(event.candidates):
+                try:
+                    source = kernel_from_proto(generated.source)
+                except ValueError as exc:
+                    log.warning("generator returned an unusable kernel", error=str(exc))
+                    continue
+                reported = Descriptors(
+                    generated.strategy.memory, generated.strategy.algorithm, generated.strategy.parallelism
+                )
+                out += self._accept_candidate(
+                    run,
+                    candidate_id=f"{event.request_id}-c{index}",
+                    source=source,
+                    reported=reported,
+                    parent_id=(plan.repair_of or plan.parent_id) if plan else None,
+                    operator=generated.mutation or (plan.operator if plan else "seed"),
+                    request_id=event.request_id,
+                    rationale=generated.rationale,
+                    plan=plan,
+                    generator=event.generator,
+                )
+        out += self._maybe_advance(run)
+        self._notify(run)
+        return out
+
+    def _accept_candidate(
+        self,
+        run: RunState,
+        *,
+        candidate_id: str,
+        source: KernelSource,
+        reported: Descriptors | None,
+        parent_id: str | None,
+        operator: str,
+        request_id: str,
+        rationale: str,
+        plan: GenerationPlan | None,
+        generator: str = "",
+    ) -> list[Outgoing]:
+        if candidate_id in run.candidates:
+            return []
+        digest = source_digest(source)
+        if digest in run.source_hashes:
+            return []  # the same kernel with the same parameters is never evaluated twice in a run
+        run.source_hashes.add(digest)
+        classification = classify(source, run.reference_ops)
+        info = CandidateInfo(
+            candidate_id=candidate_id,
+            parent_id=parent_id,
+            descriptors=classification.descriptors,
+            generation=run.generation,
+            island=plan.island if plan else 0,
+            operator=operator,
+            prompt_variant_id=plan.prompt_variant_id if plan else None,
+            reported=reported,
+            repair_of=plan.repair_of if plan else None,
+            params=dict(source.params),
+        )
+        run.candidates[candidate_id] = CandidateState(info=info, source=source, created_at=self.clock())
+        run.generated += 1
+        created = search_pb2.CandidateCreated(
+            candidate_id=candidate_id,
+            run_id=run.run_id,
+            parent_ids=[parent_id] if parent_id else [],
+            iteration=run.generation,
+            generator=generator or run.config.generator,
+            source=kernel_to_proto(source),
+            analysed=descriptors_to_proto(classification.descriptors),
+            mutation=operator,
+            prompt_variant_id=info.prompt_variant_id or "",
+            island=info.island,
+            request_id=request_id,
+            rationale=rationale,
+            hardware=run.config.hardware,
+        )
+        if reported is not None:
+            created.self_reported.CopyFrom(descriptors_to_proto(reported))
+        compile_request = build_pb2.CompileCandidate(
+            candidate_id=candidate_id,
+            run_id=run.run_id,
+            source=kernel_to_proto(source),
+            build_target=run.build_target,
+            execute_hardware=run.config.hardware,
+            task=run.task_proto,
+        )
+        return [
+            Outgoing(subjects.CANDIDATE_CREATED, created, f"created-{candidate_id}"),
+            Outgoing(subjects.compile_(run.build_target), compile_request, f"compile-{candidate_id}"),
+        ]
+
+    def on_compiled(self, event: build_pb2.CandidateCompiled) -> list[Outgoing]:
+        run = self.runs.get(event.run_id)
+        candidate = run.candidates.get(event.candidate_id) if run else None
+        if run is None or candidate is None or candidate.compiled or candidate.resolved:
+            return []
+        candidate.compiled = True
+        if event.ok:
+            run.compiled += 1
+            self._notify(run)
+            return []
+        failure = EvaluationInfo(
+            candidate_id=event.candidate_id,
+            correct=False,
+            failure_reason=event.reason or "compile_error",
+            message=event.log[-4000:],
+        )
+        return self._resolve(run, candidate, failure, None)
+
+    def on_evaluated(self, event: evaluation_pb2.EvaluationFinished) -> list[Outgoing]:
+        run = self.runs.get(event.run_id)
+        candidate = run.candidates.get(event.candidate_id) if run else None
+        if run is None or candidate is None or candidate.resolved:
+            return []
+        if not candidate.compiled:
+            candidate.compiled = True
+            run.compiled += 1
+        evaluation = EvaluationInfo(
+            candidate_id=event.candidate_id,
+            correct=event.correct,
+            speedup=event.speedup if event.correct and event.speedup > 0 else None,
+            runtime_s=event.runtime_ms / 1000.0 if event.runtime_ms else None,
+            failure_reason=event.reason or None,
+            message=event.message,
+            mismatch=Mismatch(abs_error=event.max_abs_error) if not event.correct and event.max_abs_error else None,
+        )
+        return self._resolve(run, candidate, evaluation, event)
+
+    def _resolve(
+        self,
+        run: RunState,
+        candidate: CandidateState,
+        evaluation: EvaluationInfo,
+        event: evaluation_pb2.EvaluationFinished | None,
+    ) -> list[Outgoing]:
+        candidate.resolved = True
+        candidate.evaluation = event
+        out: list[Outgoing] = []
+        if not run.active:
+            return out
+        outcome: Outcome = run.engine.record_evaluation(candidate.info, evaluation, self.clock())
+        if evaluation.failed:
+            run.failed += 1
+        else:
+            run.correct += 1
+            if evaluation.fitness > run.best_speedup:
+                run.best_speedup = evaluation.fitness
+                run.best_id = candidate.info.candidate_id
+                run.best_path = self._write_best(run, candidate)
+        archive = run_pb2.ArchiveUpdated(
+            run_id=run.run_id,
+            iteration=run.generation,
+            cells=self._cells(run),
+            outcome=outcome.label,
+            candidate_id=candidate.info.candidate_id,
+        )
+        out.append(Outgoing(subjects.ARCHIVE_UPDATED, archive, f"archive-{candidate.info.candidate_id}"))
+        out += self._maybe_advance(run)
+        self._notify(run)
+        return out
+
+    def _maybe_advance(self, run: RunState) -> list[Outgoing]:
+        if not run.active or run.pending_requests or run.unresolved():
+            return []
+        return self._next_generation(run)
+
+    # -- ending -----------------------------------------------------------------------------------------
+    def cancel(self, run_id: str) -> list[Outgoing]:
+        run = self.runs[run_id]
+        if not run.active:
+            return []
+        return self._finish(run, run_pb2.RUN_STATUS_CANCELLED, "cancelled by the user")
+
+    def _finish(self, run: RunState, status: int, message: str) -> list[Outgoing]:
+        run.status = status
+        run.message = message
+        run.finished_at = self.clock()
+        finished = run_pb2.RunFinished(
+            run_id=run.run_id, status=status, progress=self.progress(run), finished_at=run.finished_at
+        )
+        self._notify(run)
+        return [Outgoing(subjects.RUN_FINISHED, finished, f"finished-{run.run_id}")]
+
+    def _write_best(self, run: RunState, candidate: CandidateState) -> str:
+        folder = self.state_dir / "runs" / run.run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        ext = EXTENSIONS.get(candidate.source.language, "txt")
+        path = folder / f"best.{ext}"
+        defines = "".join(f"#define {k} {v}\n" for k, v in sorted(candidate.source.params.items()))
+        header = f"// KernelFoundry run {run.run_id}, candidate {candidate.info.candidate_id}\n"
+        path.write_text(header + defines + candidate.source.code)
+        if candidate.source.glue:
+            (folder / "best_glue.py").write_text(candidate.source.glue)
+        return str(path.resolve())
+
+    # -- views ------------------------------------------------------------------------------------------
+    def _cells(self, run: RunState) -> list[run_pb2.ArchiveCell]:
+        cells = []
+        for elite in run.engine.elites():
+            state = run.candidates.get(elite.candidate_id)
+            runtime = state.evaluation.runtime_ms if state and state.evaluation else 0.0
+            cells.append(
+                run_pb2.ArchiveCell(
+                    descriptors=descriptors_to_proto(elite.descriptors),
+                    candidate_id=elite.candidate_id,
+                    speedup=elite.fitness,
+                    runtime_ms=runtime,
+                )
+            )
+        return cells
+
+    def best_kernel(self, run: RunState) -> run_pb2.BestKernel:
+        if not run.best_id:
+            return run_pb2.BestKernel()
+        state = run.candidates[run.best_id]
+        evaluation = state.evaluation
+        return run_pb2.BestKernel(
+            candidate_id=run.best_id,
+            source=kernel_to_proto(state.source),
+            speedup=run.best_speedup,
+            runtime_ms=evaluation.runtime_ms if evaluation else 0.0,
+            baseline_ms=evaluation.baseline_ms if evaluation else 0.0,
+            compile_baseline_ms=evaluation.compile_baseline_ms if evaluation else 0.0,
+            descriptors=descriptors_to_proto(state.info.descriptors),
+            iteration=state.info.generation,
+            hardware=run.config.hardware,
+            path=run.best_path,
+        )
+
+    def progress(self, run: RunState) -> run_pb2.RunProgress:
+        counts = run.engine.outcome_counts().to_dict()
+        outcomes = run_pb2.OutcomeCounts(
+            improvement=counts.get("improvement", 0),
+            neutral=counts.get("neutral", 0),
+            regression=counts.get("regression", 0),
+            new_cell=counts.get("new_cell", 0),
+            elite_replaced=counts.get("elite_replaced", 0),
+            failed={k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("failed:")},
+        )
+        end = run.finished_at or self.clock()
+        return run_pb2.RunProgress(
+            run_id=run.run_id,
+            task_name=run.task.name,
+            status=run.status,  # type: ignore[arg-type]
+            iteration=run.generation,
+            iterations=run.config.iterations,
+            candidates_generated=run.generated,
+            candidates_compiled=run.compiled,
+            candidates_correct=run.correct,
+            candidates_failed=run.failed,
+            best_speedup=run.best_speedup,
+            outcomes=outcomes,
+            archive=self._cells(run),
+            message=run.message,
+            best=self.best_kernel(run),
+            elapsed_s=end - run.started_at,
+            config=run.config,
+        )
+
+    def _notify(self, run: RunState) -> None:
+        snapshot = self.progress(run)
+        for queue in list(run.listeners):
+            queue.put_nowait(snapshot)

@@ -1,0 +1,104 @@
+"""Executor handler: EvaluateCandidate -> artifact from the object store -> evaluation -> event.
+
+Owns one device through one EvaluationWorker (a child process, recycled after device errors). A failed
+evaluation is a result (EvaluationFinished with its reason), never an exception. Repeated deliveries of a
+candidate it already evaluated are answered from memory, so no candidate is evaluated twice by a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.consumer import Delivery, Reject, Retry
+from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.codec import kernel_from_proto, task_from_proto
+from kernelfoundry.evaluation import EvaluationReport, EvaluationRequest, EvaluationSettings, EvaluationWorker
+from kernelfoundry.tasks.model import TaskError
+from kernelfoundry.telemetry.metrics import Metrics
+from kernelfoundry.v1 import build_pb2, evaluation_pb2
+
+RECENT_RESULTS = 256
+
+
+def report_to_event(request: build_pb2.EvaluateCandidate, report: EvaluationReport) -> evaluation_pb2.EvaluationFinished:
+    shapes = [
+        evaluation_pb2.ShapeTiming(
+            shape=str(s.get("shape", "")),
+            runtime_ms=float(s.get("runtime_ms") or 0.0),
+            baseline_ms=float(s.get("baseline_ms") or 0.0),
+            compile_baseline_ms=float(s.get("compile_baseline_ms") or 0.0),
+        )
+        for s in (report.per_shape or [])
+    ]
+    return evaluation_pb2.EvaluationFinished(
+        candidate_id=request.candidate_id,
+        run_id=request.run_id,
+        hardware=request.hardware,
+        correct=bool(report.correct),
+        reason=report.reason or "",
+        message=(report.message or "")[:4000],
+        max_abs_error=float(report.max_abs_error or 0.0),
+        max_rel_error=float(report.max_rel_error or 0.0),
+        precision=report.precision or "",
+        runtime_ms=float(report.runtime_ms or 0.0),
+        runtime_spread_ms=float(report.runtime_spread_ms or 0.0),
+        baseline_ms=float(report.baseline_ms or 0.0),
+        compile_baseline_ms=float(report.compile_baseline_ms or 0.0),
+        speedup=float(report.speedup or 0.0) if report.correct else 0.0,
+        speedup_vs_compile=float(report.speedup_vs_compile or 0.0) if report.correct else 0.0,
+        shapes=shapes,
+        device_name=report.device or "",
+        details_json=json.dumps(report.to_dict(), default=str),
+    )
+
+
+class EvaluateHandler:
+    def __init__(self, bus: Bus, worker: EvaluationWorker, settings: EvaluationSettings, metrics: Metrics | None = None):
+        self.bus = bus
+        self.worker = worker
+        self.settings = settings
+        self.metrics = metrics
+        self._recent: OrderedDict[str, evaluation_pb2.EvaluationFinished] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, request: build_pb2.EvaluateCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        msg_id = f"evaluated-{request.candidate_id}"
+        cached = self._recent.get(request.candidate_id)
+        if cached is not None:
+            return [Outgoing(subjects.EVALUATION_FINISHED, cached, msg_id)]
+        try:
+            task = task_from_proto(request.task)
+            kernel = kernel_from_proto(request.source)
+        except (TaskError, ValueError) as exc:
+            raise Reject("bad_request", f"candidate {request.candidate_id}: {exc}") from exc
+        try:
+            data = await self.bus.get_artifact(request.artifact)
+        except Exception as exc:
+            raise Retry(f"artifact {request.artifact} not readable yet: {exc}", delay_s=2.0) from exc
+        async with self._lock:  # one evaluation at a time on this device
+            with tempfile.TemporaryDirectory(prefix="kf-eval-") as tmp:
+                artifact = Path(tmp) / "unit.so"
+                artifact.write_bytes(data)
+                evaluation = EvaluationRequest(
+                    task=task, kernel=kernel, artifact=artifact, device=self.worker.device, settings=self.settings
+                )
+                report = await asyncio.to_thread(self.worker.evaluate, evaluation)
+        event = report_to_event(request, report)
+        self._remember(request.candidate_id, event)
+        if self.metrics is not None:
+            outcome = "correct" if report.correct else "failed"
+            self.metrics.evaluations_total.labels(hardware=request.hardware, outcome=outcome).inc()
+            if not report.correct:
+                self.metrics.evaluation_failures_total.labels(hardware=request.hardware, reason=report.reason or "unknown").inc()
+        return [Outgoing(subjects.EVALUATION_FINISHED, event, msg_id)]
+
+    def _remember(self, candidate_id: str, event: evaluation_pb2.EvaluationFinished) -> None:
+        self._recent[candidate_id] = event
+        while len(self._recent) > RECENT_RESULTS:
+            self._recent.popitem(last=False)

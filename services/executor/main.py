@@ -1,0 +1,69 @@
+"""Executor service entry point: one device, one evaluation at a time, from its hardware subject."""
+
+from __future__ import annotations
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
+from kernelfoundry.bus.jetstream import Bus
+from kernelfoundry.config import Settings
+from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
+from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.executor.handlers import EvaluateHandler
+from kernelfoundry.telemetry.metrics import Metrics
+from kernelfoundry.v1 import build_pb2
+
+SERVICE = "executor"
+
+
+def device_for(hardware: str) -> str:
+    """`cpu.x86_64` -> `cpu`; `cuda.h200` -> `cuda:0` (the process owns one device; CUDA_VISIBLE_DEVICES picks it)."""
+    backend = hardware.split(".", 1)[0]
+    return "cpu" if backend == "cpu" else "cuda:0"
+
+
+def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
+    base = EvaluationSettings.for_device(device) if hasattr(EvaluationSettings, "for_device") else EvaluationSettings()
+    changes: dict[str, object] = {"deadline_s": settings.evaluation_deadline_s}
+    if settings.correctness_trials:
+        changes["correctness_trials"] = settings.correctness_trials
+    if settings.timed_runs:
+        changes["timed_runs"] = settings.timed_runs
+    if settings.cpu_threads:
+        changes["cpu_threads"] = settings.cpu_threads
+    from dataclasses import replace
+
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
+    hardware = settings.hardware_list[0]
+    device = device_for(hardware)
+    worker = EvaluationWorker(device)
+    handler = EvaluateHandler(bus, worker, evaluation_settings(settings, device), metrics)
+    spec = ConsumerSpec(
+        stream=subjects.WORK_STREAM,
+        durable=f"executor-{hardware.replace('.', '-')}",
+        filter_subjects=(subjects.execute(hardware),),
+        ack_wait_s=settings.ack_wait_s,
+        max_deliver=settings.max_deliver,
+        max_ack_pending=settings.max_ack_pending,
+        heartbeat_s=settings.heartbeat_s,
+        batch=1,
+    )
+    consumer = Consumer(
+        bus,
+        spec,
+        decoder_for(build_pb2.EvaluateCandidate),
+        handler,
+        service=SERVICE,
+        on_result=metrics_callback(metrics, SERVICE),
+    )
+
+    async def close() -> None:
+        worker.close()
+
+    return ServiceParts(consumers=[consumer], closers=[close])
+
+
+def main(settings: Settings) -> None:
+    run_service(SERVICE, settings, wire)

@@ -1,0 +1,239 @@
+"""The one consumer loop every service uses: fetch, decode, handle, publish, ack.
+
+Written once so no service repeats it. Semantics:
+- at-least-once: a message is acked only after the handler returned and its outgoing messages were
+  published (with message ids, so a redelivered message produces no duplicates downstream);
+- one message at a time per loop (`batch=1`): a worker fetches again only after it acked or nak'ed;
+- long handlers send in-progress acks on a heartbeat shorter than ack_wait;
+- a message that cannot be decoded, that a handler rejects, or that was delivered more than
+  max_deliver times goes to `kf.deadletter.<subject>` with its reason, and is terminated;
+- a handler that raises anything else gets the message redelivered after a delay (nak with backoff);
+- after a broker restart the pull subscription is rebound (nats-py does not do it by itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from google.protobuf.message import DecodeError, Message
+from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError, NoServersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError, ServiceUnavailableError
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.telemetry.logging import get_logger
+from kernelfoundry.v1 import run_pb2
+
+log = get_logger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+
+class Reject(Exception):
+    """Raised by a handler for a message that can never succeed: it is dead-lettered now."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+class Retry(Exception):
+    """Raised by a handler that wants the message again later (e.g. a dependency is not ready)."""
+
+    def __init__(self, message: str, delay_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+@dataclass(frozen=True)
+class Delivery:
+    subject: str
+    deliveries: int
+    stream_sequence: int
+
+
+Handler = Callable[[M, Delivery], Awaitable[Sequence[Outgoing]]]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    stream: str
+    durable: str
+    filter_subjects: tuple[str, ...]
+    ack_wait_s: float = 30.0
+    max_deliver: int = 5
+    max_ack_pending: int = 64
+    heartbeat_s: float = 5.0
+    batch: int = 1
+    deliver_all: bool = True
+
+
+@dataclass
+class ConsumerStats:
+    handled: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+
+
+class Consumer(Generic[M]):
+    def __init__(
+        self,
+        bus: Bus,
+        spec: ConsumerSpec,
+        decode: Callable[[str, bytes], M],
+        handler: Handler[M],
+        *,
+        service: str,
+        on_result: Callable[[str, str, float], None] | None = None,
+    ) -> None:
+        self.bus = bus
+        self.spec = spec
+        self.decode = decode
+        self.handler = handler
+        self.service = service
+        self.on_result = on_result  # (subject, outcome, seconds) for metrics
+        self.stats = ConsumerStats()
+
+    async def _bind(self):  # type: ignore[no-untyped-def]
+        spec = self.spec
+        config = ConsumerConfig(
+            durable_name=spec.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=spec.ack_wait_s,
+            # The loop dead-letters at spec.max_deliver; the server-side cap is a backstop for workers that
+            # die on the message before they can.
+            max_deliver=spec.max_deliver + 2,
+            max_ack_pending=spec.max_ack_pending,
+            deliver_policy=DeliverPolicy.ALL if spec.deliver_all else DeliverPolicy.NEW,
+        )
+        if len(spec.filter_subjects) == 1:
+            config.filter_subject = spec.filter_subjects[0]
+        else:
+            config.filter_subjects = list(spec.filter_subjects)
+        js = self.bus.js
+        try:
+            await js.consumer_info(spec.stream, spec.durable)
+        except NotFoundError:
+            try:
+                await js.add_consumer(spec.stream, config)
+            except Exception:
+                await js.consumer_info(spec.stream, spec.durable)  # created concurrently by a pool peer
+        return await js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        sub = None
+        while not stop.is_set():
+            try:
+                if sub is None:
+                    await self.bus.ensure_topology()
+                    sub = await self._bind()
+                    log.info("consumer bound", durable=self.spec.durable, subjects=list(self.spec.filter_subjects))
+                try:
+                    msgs = await sub.fetch(self.spec.batch, timeout=1.0)
+                except (NatsTimeoutError, asyncio.TimeoutError):
+                    continue
+                for msg in msgs:
+                    await self._process(msg)
+            except (ConnectionClosedError, NoServersError, ServiceUnavailableError, NotFoundError) as exc:
+                log.warning("consumer lost its subscription; rebinding", durable=self.spec.durable, error=str(exc))
+                sub = None
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("consumer loop error; rebinding", durable=self.spec.durable, error=repr(exc))
+                sub = None
+                await asyncio.sleep(0.5)
+
+    async def _process(self, msg: Msg) -> None:
+        meta = msg.metadata
+        delivery = Delivery(subject=msg.subject, deliveries=meta.num_delivered, stream_sequence=meta.sequence.stream)
+        started = time.perf_counter()
+        if delivery.deliveries > self.spec.max_deliver:
+            await self._dead_letter(msg, delivery, "max_deliveries", f"delivered {delivery.deliveries} times")
+            return
+        try:
+            decoded = self.decode(msg.subject, msg.data)
+        except (DecodeError, KeyError, ValueError) as exc:
+            await self._dead_letter(msg, delivery, "undecodable", f"cannot decode message on {msg.subject}: {exc}")
+            return
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            outgoing = await self.handler(decoded, delivery)
+            await self.bus.publish_all(list(outgoing))
+        except Reject as exc:
+            heartbeat.cancel()
+            await self._dead_letter(msg, delivery, exc.reason, exc.message)
+            return
+        except Retry as exc:
+            heartbeat.cancel()
+            self._report(msg.subject, "retry", started)
+            await msg.nak(delay=exc.delay_s)
+            return
+        except asyncio.CancelledError:
+            heartbeat.cancel()
+            raise
+        except Exception as exc:
+            heartbeat.cancel()
+            self.stats.failed += 1
+            self._report(msg.subject, "error", started)
+            log.exception("handler failed; will redeliver", subject=msg.subject, deliveries=delivery.deliveries)
+            if delivery.deliveries >= self.spec.max_deliver:
+                await self._dead_letter(msg, delivery, "handler_error", f"{type(exc).__name__}: {exc}")
+            else:
+                await msg.nak(delay=min(30.0, 0.5 * 2**delivery.deliveries))
+            return
+        finally:
+            heartbeat.cancel()
+        await msg.ack()
+        self.stats.handled += 1
+        self._report(msg.subject, "ok", started)
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.spec.heartbeat_s)
+                await msg.in_progress()
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:  # a lost heartbeat only risks a redelivery, which is idempotent
+            log.warning("in-progress ack failed", error=str(exc))
+
+    async def _dead_letter(self, msg: Msg, delivery: Delivery, reason: str, message: str) -> None:
+        letter = run_pb2.DeadLetter(
+            subject=msg.subject,
+            data=msg.data,
+            reason=reason,
+            message=message[:4000],
+            deliveries=delivery.deliveries,
+            service=self.service,
+        )
+        msg_id = f"dl-{self.spec.stream}-{delivery.stream_sequence}"
+        await self.bus.publish(subjects.deadletter(msg.subject), letter, msg_id)
+        await msg.term()
+        self.stats.dead_lettered += 1
+        self._report(msg.subject, f"dead_letter:{reason}", time.perf_counter())
+        log.error("message dead-lettered", subject=msg.subject, reason=reason, message=message[:500])
+
+    def _report(self, subject: str, outcome: str, started: float) -> None:
+        if self.on_result is not None:
+            self.on_result(subject, outcome, time.perf_counter() - started)
+
+
+def decoder_for(message_type: type[M]) -> Callable[[str, bytes], M]:
+    """A decoder for subjects that carry one message type."""
+
+    def decode(_subject: str, data: bytes) -> M:
+        message = message_type()
+        message.ParseFromString(data)
+        return message
+
+    return decode

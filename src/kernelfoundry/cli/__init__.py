@@ -1,0 +1,1 @@
+"""The `kernelfoundry` command line: serve, up, run, evaluate."""

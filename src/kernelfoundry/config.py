@@ -1,0 +1,66 @@
+"""Configuration: the one documented place for every setting.
+
+Values come from environment variables prefixed `KF_` (e.g. `KF_NATS_URL`), then from CLI flags that
+override them. Never read os.environ for a KernelFoundry setting anywhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KF_", extra="ignore")
+
+    # Transport
+    nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server with JetStream")
+    state_dir: Path = Field(Path(".kf"), description="Embedded state: JetStream data, SQLite lineage, kernels")
+    store_uri: str = Field("", description="sqlite:///path.db or mongodb://host/db; empty: SQLite in state_dir")
+    grpc_address: str = Field("127.0.0.1:50051", description="Evolver's public gRPC API")
+    store_grpc_address: str = Field("127.0.0.1:50052", description="Store's lineage query API")
+    metrics_port: int = Field(9464, description="Prometheus /metrics port of this service (0: any free port)")
+    log_level: str = "info"
+    log_format: str = Field("json", description="json or console")
+
+    # Hardware this process serves: compiler build target or executor device, e.g. cpu.x86_64, cuda.sm90,
+    # cuda.h200. Several may be given comma-separated.
+    hardware: str = "cpu.x86_64"
+    build_targets: str = Field(
+        "", description="Extra execution->build target pairs, e.g. cuda.l40s=cuda.sm89,cuda.mi300=hip.gfx942"
+    )
+    generator: str = Field("heuristic", description="Generator the llm service serves: heuristic, openai, ...")
+
+    # Delivery
+    ack_wait_s: float = Field(30.0, description="Seconds before an unacknowledged message is redelivered")
+    max_deliver: int = Field(5, description="Deliveries before a message is dead-lettered")
+    heartbeat_s: float = Field(5.0, description="In-progress acks while a long message is handled")
+    max_ack_pending: int = Field(64, description="Messages in flight per consumer, across its whole pool")
+
+    # Work
+    compile_timeout_s: float = 120.0
+    evaluation_deadline_s: float = 300.0
+    correctness_trials: int = 5
+    timed_runs: int = 0  # 0: the backend's default
+    cpu_threads: int = 0  # 0: all cores
+
+    @property
+    def resolved_store_uri(self) -> str:
+        return self.store_uri or f"sqlite:///{(self.state_dir / 'lineage.db').resolve()}"
+
+    @property
+    def build_targets_map(self) -> dict[str, str]:
+        pairs = [p.split("=", 1) for p in self.build_targets.split(",") if "=" in p]
+        return {k.strip(): v.strip() for k, v in pairs}
+
+    @property
+    def hardware_list(self) -> list[str]:
+        return [h.strip() for h in self.hardware.split(",") if h.strip()]
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with explicit overrides (CLI flags) applied on top."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    return Settings(**clean)  # type: ignore[arg-type]

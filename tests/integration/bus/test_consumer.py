@@ -1,0 +1,202 @@
+"""The shared consumer loop against a real JetStream server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, Delivery, Reject, Retry, decoder_for
+from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.stack.nats_server import NatsServer
+from kernelfoundry.v1 import build_pb2, run_pb2
+
+SUBJECT = "kf.compile.cpu.testarch"
+
+
+def spec(**kw: object) -> ConsumerSpec:
+    base = dict(
+        stream=subjects.WORK_STREAM,
+        durable="test-compiler",
+        filter_subjects=(SUBJECT,),
+        ack_wait_s=2.0,
+        max_deliver=3,
+        heartbeat_s=0.5,
+    )
+    base.update(kw)
+    return ConsumerSpec(**base)  # type: ignore[arg-type]
+
+
+async def run_until(consumer: Consumer, condition, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not condition():
+            assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+async def dead_letters(bus: Bus) -> list[run_pb2.DeadLetter]:
+    sub = await bus.js.pull_subscribe(f"{subjects.DEADLETTER_PREFIX}.>", stream=subjects.DEADLETTER_STREAM)
+    letters = []
+    try:
+        for msg in await sub.fetch(10, timeout=1.0):
+            letter = run_pb2.DeadLetter()
+            letter.ParseFromString(msg.data)
+            letters.append(letter)
+    except Exception:
+        pass
+    return letters
+
+
+async def test_publish_with_the_same_message_id_is_stored_once(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    message = build_pb2.CompileCandidate(candidate_id="c1")
+    assert await bus.publish(SUBJECT, message, "compile-c1") is False
+    assert await bus.publish(SUBJECT, message, "compile-c1") is True
+    info = await bus.js.stream_info(subjects.WORK_STREAM)
+    assert info.state.messages == 1
+    await bus.close()
+
+
+async def test_handler_outputs_are_published_and_the_message_acked(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    seen: list[str] = []
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        seen.append(message.candidate_id)
+        done = build_pb2.CandidateCompiled(candidate_id=message.candidate_id, ok=True)
+        return [Outgoing(subjects.CANDIDATE_COMPILED, done, f"compiled-{message.candidate_id}")]
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1"), "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.handled == 1)
+    assert seen == ["c1"]
+    events = await bus.js.stream_info(subjects.EVENTS_STREAM)
+    assert events.state.messages == 1
+    work = await bus.js.stream_info(subjects.WORK_STREAM)
+    assert work.state.messages == 0  # acked work is removed from the work queue
+    await bus.close()
+
+
+async def test_undecodable_message_is_dead_lettered_with_its_reason(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        raise AssertionError("never called for poison")
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    await bus.js.publish(SUBJECT, b"\xff\xff not protobuf", headers={"Nats-Msg-Id": "poison"})
+    await run_until(consumer, lambda: consumer.stats.dead_lettered == 1)
+    letters = await dead_letters(bus)
+    assert [letter.reason for letter in letters] == ["undecodable"]
+    assert letters[0].subject == SUBJECT
+    await bus.close()
+
+
+async def test_rejected_message_is_dead_lettered_at_once(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        raise Reject("bad_request", "no such build target")
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1"), "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.dead_lettered == 1)
+    letters = await dead_letters(bus)
+    assert letters[0].reason == "bad_request" and "no such build target" in letters[0].message
+    await bus.close()
+
+
+async def test_failing_handler_is_retried_then_dead_lettered_not_looped(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    calls: list[int] = []
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        calls.append(delivery.deliveries)
+        raise RuntimeError("toolchain exploded")
+
+    consumer = Consumer(bus, spec(max_deliver=3), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1"), "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.dead_lettered == 1, timeout=30)
+    assert calls == [1, 2, 3]
+    letters = await dead_letters(bus)
+    assert letters[0].reason == "handler_error" and "toolchain exploded" in letters[0].message
+    await bus.close()
+
+
+async def test_retry_redelivers_the_message(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    calls: list[int] = []
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        calls.append(delivery.deliveries)
+        if len(calls) == 1:
+            raise Retry("artifact not there yet", delay_s=0.1)
+        return []
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1"), "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.handled == 1)
+    assert calls == [1, 2]
+    await bus.close()
+
+
+async def test_long_handler_keeps_its_message_with_heartbeats(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    calls: list[int] = []
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        calls.append(delivery.deliveries)
+        await asyncio.sleep(3.5)  # longer than ack_wait (2 s): only in-progress acks keep it ours
+        return []
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1"), "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.handled == 1)
+    await asyncio.sleep(0.5)
+    assert calls == [1]
+    await bus.close()
+
+
+@pytest.mark.timeout(60)
+async def test_consumer_rebinds_after_a_broker_restart(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    seen: list[str] = []
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        seen.append(message.candidate_id)
+        return []
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="before"), "compile-before")
+    while seen != ["before"]:
+        await asyncio.sleep(0.05)
+    port = nats_server.url.rsplit(":", 1)[1]
+    nats_server.stop()
+    restarted = NatsServer(nats_server.store_dir, port=int(port))
+    restarted.start()
+    try:
+        for _ in range(100):
+            try:
+                await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="after"), "compile-after")
+                break
+            except Exception:
+                await asyncio.sleep(0.2)
+        deadline = asyncio.get_running_loop().time() + 30
+        while "after" not in seen:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        await bus.close()
+        restarted.stop()
