@@ -1,1 +1,4 @@
-"""The five KernelFoundry services, installed as kernelfoundry.services; each is a thin adapter around the domain."""
+"""The five KernelFoundry services, installed as kernelfoundry.services.
+
+Each is a thin adapter around the domain: handlers.py per message type, main.py wiring only.
+"""

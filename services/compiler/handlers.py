@@ -38,7 +38,9 @@ class CompileHandler:
             await self.bus.put_artifact(artifact_name, Path(result.artifact).read_bytes())
         if self.metrics is not None:
             hw = request.build_target
-            self.metrics.compiles_total.labels(hardware=hw, outcome="ok" if result.ok else (result.reason or "error")).inc()
+            self.metrics.compiles_total.labels(
+                hardware=hw, outcome="ok" if result.ok else (result.reason or "error")
+            ).inc()
             self.metrics.compile_duration_seconds.labels(hardware=hw).observe(result.duration_s)
             if result.cache_hit:
                 self.metrics.build_cache_hits_total.labels(hardware=hw).inc()
@@ -66,6 +68,8 @@ class CompileHandler:
                 hardware=request.execute_hardware,
             )
             out.append(
-                Outgoing(subjects.execute(request.execute_hardware), evaluate, f"evaluate-{request.candidate_id}")
+                Outgoing(
+                    subjects.execute(request.execute_hardware), evaluate, f"evaluate-{request.candidate_id}"
+                )
             )
         return out

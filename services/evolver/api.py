@@ -12,11 +12,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import grpc
+from kernelfoundry.services.evolver.runs import RunCoordinator, RunState
 
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.codec import task_from_proto, task_to_proto
 from kernelfoundry.config import Settings
-from kernelfoundry.services.evolver.runs import RunCoordinator, RunState
 from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.loading import load_task_from_source
 from kernelfoundry.tasks.model import Task, TaskError
@@ -42,7 +42,9 @@ def build_target_for(hardware: str, overrides: dict[str, str]) -> str:
 
 
 class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
-    def __init__(self, settings: Settings, bus: Bus, runs: RunCoordinator, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, settings: Settings, bus: Bus, runs: RunCoordinator, metrics: Metrics | None = None
+    ) -> None:
         self.settings = settings
         self.bus = bus
         self.runs = runs
@@ -60,7 +62,7 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         await asyncio.to_thread(validate_task, task)
         return task
 
-    async def SubmitRun(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    async def SubmitRun(self, request, context):  # type: ignore[no-untyped-def]
         config = run_pb2.RunConfig()
         config.CopyFrom(request.config)
         config.hardware = config.hardware or "cpu.x86_64"
@@ -86,7 +88,9 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
     def _run(self, run_id: str) -> RunState | None:
         return self.runs.runs.get(run_id)
 
-    async def StreamRunProgress(self, request, context) -> AsyncIterator[service_pb2.StreamRunProgressResponse]:  # type: ignore[no-untyped-def,override]  # noqa: N802
+    async def StreamRunProgress(
+        self, request, context
+    ) -> AsyncIterator[service_pb2.StreamRunProgressResponse]:  # type: ignore[no-untyped-def,override]
         run = self._run(request.run_id)
         if run is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
@@ -106,19 +110,19 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         finally:
             run.listeners.remove(queue)
 
-    async def GetRun(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    async def GetRun(self, request, context):  # type: ignore[no-untyped-def]
         run = self._run(request.run_id)
         if run is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
         return service_pb2.GetRunResponse(progress=self.runs.progress(run))  # type: ignore[arg-type]
 
-    async def GetBestKernel(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    async def GetBestKernel(self, request, context):  # type: ignore[no-untyped-def]
         run = self._run(request.run_id)
         if run is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
         return service_pb2.GetBestKernelResponse(best=self.runs.best_kernel(run))  # type: ignore[arg-type]
 
-    async def CancelRun(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    async def CancelRun(self, request, context):  # type: ignore[no-untyped-def]
         run = self._run(request.run_id)
         if run is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+from kernelfoundry.services.evolver.api import KernelFoundryApi
+from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
+from kernelfoundry.services.evolver.runs import RunCoordinator
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec
@@ -12,9 +15,6 @@ from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
-from kernelfoundry.services.evolver.api import KernelFoundryApi
-from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
-from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import service_pb2_grpc
@@ -36,10 +36,17 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         batch=16,
     )
     consumer = Consumer(
-        bus, spec, decode_event, EventHandler(runs, metrics), service=SERVICE, on_result=metrics_callback(metrics, SERVICE)
+        bus,
+        spec,
+        decode_event,
+        EventHandler(runs, metrics),
+        service=SERVICE,
+        on_result=metrics_callback(metrics, SERVICE),
     )
     server = grpc.aio.server()
-    service_pb2_grpc.add_KernelFoundryServiceServicer_to_server(KernelFoundryApi(settings, bus, runs, metrics), server)
+    service_pb2_grpc.add_KernelFoundryServiceServicer_to_server(
+        KernelFoundryApi(settings, bus, runs, metrics), server
+    )
     server.add_insecure_port(settings.grpc_address)
 
     async def serve_grpc(stop: asyncio.Event) -> None:

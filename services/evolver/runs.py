@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,18 +18,23 @@ from pathlib import Path
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.jetstream import Outgoing
 from kernelfoundry.codec import descriptors_to_proto, kernel_from_proto, kernel_to_proto
+from kernelfoundry.domain.archive import Elite
 from kernelfoundry.domain.descriptors import Descriptors, classify
 from kernelfoundry.domain.engine import EngineConfig, EvolutionEngine, GenerationPlan
 from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo, Mismatch
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.outcomes import Outcome
-from kernelfoundry.tasks.model import Task
+from kernelfoundry.domain.sweeps import SweepCampaign, SweepFailure, SweepJob
+from kernelfoundry.tasks.model import Budget, Task
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2, task_pb2
 
 log = get_logger(__name__)
 
 EXTENSIONS = {"cpp": "cpp", "cuda": "cu"}
+# Placements after which an elite's tunables are worth sweeping.
+SWEEP_TRIGGERS = ("new_cell", "elite_replaced", "improvement")
+ALL_SHAPES = "all"  # evaluations aggregate every shape of the task; sweeps tune for that aggregate
 
 
 @dataclass
@@ -50,6 +56,9 @@ class RunState:
     build_target: str
     engine: EvolutionEngine
     reference_ops: int
+    rng: random.Random
+    sweeps: SweepCampaign
+    sweep_jobs: dict[str, SweepJob] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     status: int = run_pb2.RUN_STATUS_RUNNING
     generation: int = 0
@@ -104,14 +113,15 @@ class RunCoordinator:
         build_target: str,
         reference_ops: int,
     ) -> list[Outgoing]:
+        budget = Budget(
+            iterations=config.iterations,
+            wall_time_s=task.budget.wall_time_s,
+            evaluations=task.budget.evaluations,
+            patience=task.budget.patience,
+        )
         engine = EvolutionEngine(
-            EngineConfig(
-                generations=config.iterations,
-                population=config.population,
-                sweeps=config.sweeps,
-                islands=max(1, config.islands),
-                seed=config.seed,
-            ),
+            EngineConfig(batch_size=max(1, config.population), islands=max(1, config.islands)),
+            budget=budget,
             started_at=self.clock(),
         )
         run = RunState(
@@ -122,10 +132,14 @@ class RunCoordinator:
             build_target=build_target,
             engine=engine,
             reference_ops=reference_ops,
+            rng=random.Random(config.seed),
+            sweeps=SweepCampaign(task.name),
             started_at=self.clock(),
         )
         self.runs[run_id] = run
-        submitted = run_pb2.RunSubmitted(run_id=run_id, task=task_proto, config=config, submitted_at=run.started_at)
+        submitted = run_pb2.RunSubmitted(
+            run_id=run_id, task=task_proto, config=config, submitted_at=run.started_at
+        )
         out = [Outgoing(subjects.RUN_SUBMITTED, submitted, f"submitted-{run_id}")]
         out += self._seed_initial_kernels(run)
         out += self._next_generation(run)
@@ -156,23 +170,27 @@ class RunCoordinator:
     # -- generation -------------------------------------------------------------------------------------
     def _next_generation(self, run: RunState) -> list[Outgoing]:
         now = self.clock()
-        if run.engine.should_stop(now):
-            return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, "budget reached")
-        plans = run.engine.plan_generation(now)
-        if not plans:
+        decision = run.engine.stop(now)
+        if decision:
+            return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, f"budget reached: {decision.reason}")
+        plans = run.engine.plan_generation(now, run.rng)
+        jobs = run.sweeps.next_batch(self._sweep_batch(run)) if run.config.sweeps else []
+        if not plans and not jobs:
             return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, "nothing left to try")
         run.generation = run.engine.generation
         out: list[Outgoing] = []
         for index, plan in enumerate(plans):
-            request_id = f"{run.run_id}-g{run.generation}-r{index}"
-            if plan.params is not None and plan.parent_id is not None:
-                out += self._sweep_candidate(run, plan, request_id)
-                continue
-            out.append(self._generation_request(run, plan, request_id))
+            out.append(self._generation_request(run, plan, f"{run.run_id}-g{run.generation}-r{index}"))
+        for index, job in enumerate(jobs):
+            out += self._sweep_candidate(run, job, f"{run.run_id}-g{run.generation}-s{index}")
         if not run.pending_requests and run.unresolved() == 0:
-            # Every plan was a duplicate sweep point: move on rather than stall.
+            # Every sweep point was a duplicate: move on rather than stall.
             return out + self._next_generation(run)
         return out
+
+    def _sweep_batch(self, run: RunState) -> int:
+        """Sweep points per generation: as many as generation requests, so both searches advance."""
+        return max(1, run.config.population)
 
     def _generation_request(self, run: RunState, plan: GenerationPlan, request_id: str) -> Outgoing:
         request = search_pb2.GenerateCandidates(
@@ -180,30 +198,32 @@ class RunCoordinator:
             run_id=run.run_id,
             task=run.task_proto,
             backend=self._backend(run),
-            mutation=plan.operator if plan.parent_id else "",
+            mutation=plan.operator if (plan.parent or plan.repair) else "",
             hints=list(plan.hints),
             guidance=dict(plan.guidance),
             proposal_weights=dict(plan.proposal_weights),
-            count=plan.count,
-            seed=plan.seed,
-            repair=plan.repair_of is not None,
+            count=1,
+            seed=run.rng.randrange(2**31),
+            repair=plan.repair is not None,
             iteration=run.generation,
             prompt_variant_id=plan.prompt_variant_id or "",
             generator=run.config.generator,
             island=plan.island,
         )
-        parent_id = plan.repair_of or plan.parent_id
-        if parent_id and parent_id in run.candidates:
-            parent = run.candidates[parent_id]
+        source_id = (
+            plan.repair.candidate_id if plan.repair else (plan.parent.candidate_id if plan.parent else None)
+        )
+        if source_id and source_id in run.candidates:
+            parent = run.candidates[source_id]
             evaluation = parent.evaluation
             request.parent.CopyFrom(
                 search_pb2.ParentKernel(
-                    candidate_id=parent_id,
+                    candidate_id=source_id,
                     source=kernel_to_proto(parent.source),
                     descriptors=descriptors_to_proto(parent.info.descriptors),
                     speedup=evaluation.speedup if evaluation else 0.0,
                     runtime_ms=evaluation.runtime_ms if evaluation else 0.0,
-                    feedback=plan.feedback,
+                    feedback=plan.repair.feedback if plan.repair else "",
                 )
             )
         run.pending_requests.add(request_id)
@@ -213,9 +233,8 @@ class RunCoordinator:
     def _backend(self, run: RunState) -> str:
         return run.config.hardware.split(".", 1)[0]
 
-    def _sweep_candidate(self, run: RunState, plan: GenerationPlan, request_id: str) -> list[Outgoing]:
-        assert plan.parent_id is not None and plan.params is not None
-        parent = run.candidates.get(plan.parent_id)
+    def _sweep_candidate(self, run: RunState, job: SweepJob, request_id: str) -> list[Outgoing]:
+        parent = run.candidates.get(job.candidate_id)
         if parent is None:
             return []
         source = KernelSource(
@@ -224,19 +243,26 @@ class RunCoordinator:
             entry_point=parent.source.entry_point,
             glue=parent.source.glue,
             tunables=parent.source.tunables,
-            params=dict(plan.params),
+            params=dict(job.params),
         )
-        return self._accept_candidate(
+        candidate_id = f"{request_id}-c0"
+        out = self._accept_candidate(
             run,
-            candidate_id=f"{request_id}-c0",
+            candidate_id=candidate_id,
             source=source,
             reported=parent.info.reported,
-            parent_id=plan.parent_id,
+            parent_id=job.candidate_id,
             operator="retune",
             request_id=request_id,
-            rationale=f"tunable sweep point {dict(plan.params)}",
-            plan=plan,
+            rationale=f"tunable sweep point {dict(job.params)}",
+            plan=None,
+            island=parent.info.island,
         )
+        if out:
+            run.sweep_jobs[candidate_id] = job
+        else:
+            run.sweeps.report(job, SweepFailure("duplicate", "this setting was already evaluated"))
+        return out
 
     # -- events -----------------------------------------------------------------------------------------
     def on_generated(self, event: search_pb2.CandidatesGenerated) -> list[Outgoing]:
@@ -249,7 +275,12 @@ class RunCoordinator:
         out: list[Outgoing] = []
         if run.active:
             if event.error_reason:
-                log.warning("generation failed", run_id=run.run_id, reason=event.error_reason, message=event.error_message)
+                log.warning(
+                    "generation failed",
+                    run_id=run.run_id,
+                    reason=event.error_reason,
+                    message=event.error_message,
+                )
             for index, generated in enumerate(event.candidates):
                 try:
                     source = kernel_from_proto(generated.source)
@@ -264,8 +295,8 @@ class RunCoordinator:
                     candidate_id=f"{event.request_id}-c{index}",
                     source=source,
                     reported=reported,
-                    parent_id=(plan.repair_of or plan.parent_id) if plan else None,
-                    operator=generated.mutation or (plan.operator if plan else "seed"),
+                    parent_id=self._parent_of(plan),
+                    operator=(plan.operator if plan and (plan.parent or plan.repair) else "seed"),
                     request_id=event.request_id,
                     rationale=generated.rationale,
                     plan=plan,
@@ -288,6 +319,7 @@ class RunCoordinator:
         rationale: str,
         plan: GenerationPlan | None,
         generator: str = "",
+        island: int | None = None,
     ) -> list[Outgoing]:
         if candidate_id in run.candidates:
             return []
@@ -295,18 +327,19 @@ class RunCoordinator:
         if digest in run.source_hashes:
             return []  # the same kernel with the same parameters is never evaluated twice in a run
         run.source_hashes.add(digest)
-        classification = classify(source, run.reference_ops)
+        classification = classify(source, run.reference_ops, reported)
         info = CandidateInfo(
             candidate_id=candidate_id,
             parent_id=parent_id,
             descriptors=classification.descriptors,
             generation=run.generation,
-            island=plan.island if plan else 0,
+            island=island if island is not None else (plan.island if plan else 0),
             operator=operator,
             prompt_variant_id=plan.prompt_variant_id if plan else None,
             reported=reported,
-            repair_of=plan.repair_of if plan else None,
+            repair_of=plan.repair.candidate_id if plan and plan.repair else None,
             params=dict(source.params),
+            shape=ALL_SHAPES,
         )
         run.candidates[candidate_id] = CandidateState(info=info, source=source, created_at=self.clock())
         run.generated += 1
@@ -339,6 +372,14 @@ class RunCoordinator:
             Outgoing(subjects.CANDIDATE_CREATED, created, f"created-{candidate_id}"),
             Outgoing(subjects.compile_(run.build_target), compile_request, f"compile-{candidate_id}"),
         ]
+
+    @staticmethod
+    def _parent_of(plan: GenerationPlan | None) -> str | None:
+        if plan is None:
+            return None
+        if plan.repair is not None:
+            return plan.repair.parent_id
+        return plan.parent.candidate_id if plan.parent else None
 
     def on_compiled(self, event: build_pb2.CandidateCompiled) -> list[Outgoing]:
         run = self.runs.get(event.run_id)
@@ -373,7 +414,9 @@ class RunCoordinator:
             runtime_s=event.runtime_ms / 1000.0 if event.runtime_ms else None,
             failure_reason=event.reason or None,
             message=event.message,
-            mismatch=Mismatch(abs_error=event.max_abs_error) if not event.correct and event.max_abs_error else None,
+            mismatch=Mismatch(abs_error=event.max_abs_error)
+            if not event.correct and event.max_abs_error
+            else None,
         )
         return self._resolve(run, candidate, evaluation, event)
 
@@ -389,7 +432,8 @@ class RunCoordinator:
         out: list[Outgoing] = []
         if not run.active:
             return out
-        outcome: Outcome = run.engine.record_evaluation(candidate.info, evaluation, self.clock())
+        outcome: Outcome = run.engine.record_evaluation(candidate.info, evaluation)
+        self._feed_sweeps(run, candidate, evaluation, outcome)
         if evaluation.failed:
             run.failed += 1
         else:
@@ -409,6 +453,28 @@ class RunCoordinator:
         out += self._maybe_advance(run)
         self._notify(run)
         return out
+
+    def _feed_sweeps(
+        self, run: RunState, candidate: CandidateState, evaluation: EvaluationInfo, outcome: Outcome
+    ) -> None:
+        job = run.sweep_jobs.pop(candidate.info.candidate_id, None)
+        if job is not None:
+            result: float | SweepFailure = (
+                evaluation.runtime_s
+                if not evaluation.failed and evaluation.runtime_s
+                else SweepFailure(evaluation.reason or "failed", evaluation.message[:200])
+            )
+            run.sweeps.report(job, result)
+            return
+        tunables = candidate.source.tunables
+        if run.config.sweeps and tunables and outcome.label in SWEEP_TRIGGERS:
+            run.sweeps.start(
+                candidate.info.candidate_id,
+                tunables,
+                ALL_SHAPES,
+                run.config.hardware,
+                start=candidate.source.defines(),
+            )
 
     def _maybe_advance(self, run: RunState) -> list[Outgoing]:
         if not run.active or run.pending_requests or run.unresolved():
@@ -447,18 +513,22 @@ class RunCoordinator:
     # -- views ------------------------------------------------------------------------------------------
     def _cells(self, run: RunState) -> list[run_pb2.ArchiveCell]:
         cells = []
-        for elite in run.engine.elites():
+        for elite in self._elites(run):
             state = run.candidates.get(elite.candidate_id)
             runtime = state.evaluation.runtime_ms if state and state.evaluation else 0.0
             cells.append(
                 run_pb2.ArchiveCell(
                     descriptors=descriptors_to_proto(elite.descriptors),
                     candidate_id=elite.candidate_id,
-                    speedup=elite.fitness,
+                    speedup=elite.speedup,
                     runtime_ms=runtime,
                 )
             )
         return cells
+
+    @staticmethod
+    def _elites(run: RunState) -> list[Elite]:
+        return run.engine.merged_archive().elites()
 
     def best_kernel(self, run: RunState) -> run_pb2.BestKernel:
         if not run.best_id:
@@ -479,7 +549,7 @@ class RunCoordinator:
         )
 
     def progress(self, run: RunState) -> run_pb2.RunProgress:
-        counts = run.engine.outcome_counts().to_dict()
+        counts = run.engine.outcomes.to_dict()
         outcomes = run_pb2.OutcomeCounts(
             improvement=counts.get("improvement", 0),
             neutral=counts.get("neutral", 0),

@@ -20,21 +20,25 @@ from kernelfoundry.bus.jetstream import Bus, Outgoing
 from kernelfoundry.codec import kernel_from_proto, task_from_proto
 from kernelfoundry.evaluation import EvaluationReport, EvaluationRequest, EvaluationSettings, EvaluationWorker
 from kernelfoundry.tasks.model import TaskError
+from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2, evaluation_pb2
 
 RECENT_RESULTS = 256
+log = get_logger(__name__)
 
 
-def report_to_event(request: build_pb2.EvaluateCandidate, report: EvaluationReport) -> evaluation_pb2.EvaluationFinished:
+def report_to_event(
+    request: build_pb2.EvaluateCandidate, report: EvaluationReport
+) -> evaluation_pb2.EvaluationFinished:
     shapes = [
         evaluation_pb2.ShapeTiming(
-            shape=str(s.get("shape", "")),
-            runtime_ms=float(s.get("runtime_ms") or 0.0),
-            baseline_ms=float(s.get("baseline_ms") or 0.0),
-            compile_baseline_ms=float(s.get("compile_baseline_ms") or 0.0),
+            shape=s.shape,
+            runtime_ms=s.runtime_ms or 0.0,
+            baseline_ms=s.baseline_ms or 0.0,
+            compile_baseline_ms=s.compile_baseline_ms or 0.0,
         )
-        for s in (report.per_shape or [])
+        for s in report.per_shape
     ]
     return evaluation_pb2.EvaluationFinished(
         candidate_id=request.candidate_id,
@@ -53,13 +57,16 @@ def report_to_event(request: build_pb2.EvaluateCandidate, report: EvaluationRepo
         speedup=float(report.speedup or 0.0) if report.correct else 0.0,
         speedup_vs_compile=float(report.speedup_vs_compile or 0.0) if report.correct else 0.0,
         shapes=shapes,
-        device_name=report.device or "",
+        device_name=report.device_name or report.device,
+        duration_s=report.duration_s,
         details_json=json.dumps(report.to_dict(), default=str),
     )
 
 
 class EvaluateHandler:
-    def __init__(self, bus: Bus, worker: EvaluationWorker, settings: EvaluationSettings, metrics: Metrics | None = None):
+    def __init__(
+        self, bus: Bus, worker: EvaluationWorker, settings: EvaluationSettings, metrics: Metrics | None = None
+    ):
         self.bus = bus
         self.worker = worker
         self.settings = settings
@@ -82,11 +89,16 @@ class EvaluateHandler:
         except Exception as exc:
             raise Retry(f"artifact {request.artifact} not readable yet: {exc}", delay_s=2.0) from exc
         async with self._lock:  # one evaluation at a time on this device
+            log.info("evaluation started", candidate_id=request.candidate_id, run_id=request.run_id)
             with tempfile.TemporaryDirectory(prefix="kf-eval-") as tmp:
                 artifact = Path(tmp) / "unit.so"
                 artifact.write_bytes(data)
                 evaluation = EvaluationRequest(
-                    task=task, kernel=kernel, artifact=artifact, device=self.worker.device, settings=self.settings
+                    task=task,
+                    kernel=kernel,
+                    artifact=artifact,
+                    device=self.worker.device,
+                    settings=self.settings,
                 )
                 report = await asyncio.to_thread(self.worker.evaluate, evaluation)
         event = report_to_event(request, report)
@@ -95,7 +107,9 @@ class EvaluateHandler:
             outcome = "correct" if report.correct else "failed"
             self.metrics.evaluations_total.labels(hardware=request.hardware, outcome=outcome).inc()
             if not report.correct:
-                self.metrics.evaluation_failures_total.labels(hardware=request.hardware, reason=report.reason or "unknown").inc()
+                self.metrics.evaluation_failures_total.labels(
+                    hardware=request.hardware, reason=report.reason or "unknown"
+                ).inc()
         return [Outgoing(subjects.EVALUATION_FINISHED, event, msg_id)]
 
     def _remember(self, candidate_id: str, event: evaluation_pb2.EvaluationFinished) -> None:

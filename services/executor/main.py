@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from kernelfoundry.services.executor.handlers import EvaluateHandler
+
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
-from kernelfoundry.services.executor.handlers import EvaluateHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
 
@@ -16,13 +19,13 @@ SERVICE = "executor"
 
 
 def device_for(hardware: str) -> str:
-    """`cpu.x86_64` -> `cpu`; `cuda.h200` -> `cuda:0` (the process owns one device; CUDA_VISIBLE_DEVICES picks it)."""
+    """`cpu.x86_64` -> `cpu`; `cuda.h200` -> `cuda:0` (CUDA_VISIBLE_DEVICES picks the device)."""
     backend = hardware.split(".", 1)[0]
     return "cpu" if backend == "cpu" else "cuda:0"
 
 
 def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
-    base = EvaluationSettings.for_device(device) if hasattr(EvaluationSettings, "for_device") else EvaluationSettings()
+    base = EvaluationSettings()
     changes: dict[str, object] = {"deadline_s": settings.evaluation_deadline_s}
     if settings.correctness_trials:
         changes["correctness_trials"] = settings.correctness_trials
@@ -30,8 +33,6 @@ def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
         changes["timed_runs"] = settings.timed_runs
     if settings.cpu_threads:
         changes["cpu_threads"] = settings.cpu_threads
-    from dataclasses import replace
-
     return replace(base, **changes)  # type: ignore[arg-type]
 
 

@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Delivery, Reject
 from kernelfoundry.bus.jetstream import Outgoing
-from kernelfoundry.codec import descriptors_from_proto, descriptors_to_proto, kernel_from_proto, kernel_to_proto, task_from_proto
+from kernelfoundry.codec import (
+    descriptors_from_proto,
+    descriptors_to_proto,
+    kernel_from_proto,
+    kernel_to_proto,
+    task_from_proto,
+)
 from kernelfoundry.generators.base import GenerationRequest, Generator, ParentKernel
 from kernelfoundry.tasks.model import TaskError
 from kernelfoundry.telemetry.logging import get_logger
@@ -54,7 +60,9 @@ class GenerateHandler:
         self.generator = generator
         self.metrics = metrics
 
-    async def __call__(self, message: search_pb2.GenerateCandidates, delivery: Delivery) -> Sequence[Outgoing]:
+    async def __call__(
+        self, message: search_pb2.GenerateCandidates, delivery: Delivery
+    ) -> Sequence[Outgoing]:
         try:
             request = request_from_proto(message)
         except (TaskError, ValueError) as exc:
@@ -96,5 +104,7 @@ class GenerateHandler:
             self.metrics.generation_tokens_total.labels(generator=self.generator.name, kind="completion").inc(
                 event.usage.completion_tokens
             )
-            self.metrics.generation_cost_usd_total.labels(generator=self.generator.name).inc(event.usage.cost_usd)
+            self.metrics.generation_cost_usd_total.labels(generator=self.generator.name).inc(
+                event.usage.cost_usd
+            )
         return [Outgoing(subjects.CANDIDATES_GENERATED, event, f"generated-{message.request_id}")]

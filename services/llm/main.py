@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from kernelfoundry.services.llm.handlers import GenerateHandler
+
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.generators.base import Generator
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
-from kernelfoundry.services.llm.handlers import GenerateHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import search_pb2
 
@@ -17,9 +18,9 @@ SERVICE = "llm"
 
 def make_generator(name: str) -> Generator:
     if name == "heuristic":
-        from kernelfoundry.generators.heuristic import HeuristicProposer
+        from kernelfoundry.generators.heuristic import HeuristicGenerator
 
-        return HeuristicProposer()
+        return HeuristicGenerator()
     raise ValueError(f"unknown generator {name!r}; available here: heuristic")
 
 

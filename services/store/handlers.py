@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from google.protobuf.message import Message
+from kernelfoundry.services.store import records
 
 from kernelfoundry.bus.consumer import Delivery, Retry
 from kernelfoundry.bus.jetstream import Outgoing
 from kernelfoundry.lineage.errors import LineageError
 from kernelfoundry.lineage.repository import LineageRepository
-from kernelfoundry.services.store import records
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2
 
@@ -46,7 +46,9 @@ class StoreHandler:
                 await repo.save_snapshot(records.snapshot_record(event))
             elif isinstance(event, search_pb2.CandidatesGenerated):
                 await repo.save_usage(records.usage_record(event))
-            await repo.record_event(event_id, kind, run_id, records.payload(event), recorded_at=datetime.now(UTC))
+            await repo.record_event(
+                event_id, kind, run_id, records.payload(event), recorded_at=datetime.now(UTC)
+            )
         except LineageError as exc:
             if exc.reason == "run_not_found":
                 # The run's own record has not arrived yet (events of one run can interleave): try again.

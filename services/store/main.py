@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kernelfoundry.services.store.handlers import StoreHandler
+
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec
 from kernelfoundry.bus.events import decode_event
@@ -9,7 +11,6 @@ from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.lineage.connection import open_repository
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
-from kernelfoundry.services.store.handlers import StoreHandler
 from kernelfoundry.telemetry.metrics import Metrics
 
 SERVICE = "store"
@@ -29,7 +30,12 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         batch=64,
     )
     consumer = Consumer(
-        bus, spec, decode_event, StoreHandler(repository, metrics), service=SERVICE, on_result=metrics_callback(metrics, SERVICE)
+        bus,
+        spec,
+        decode_event,
+        StoreHandler(repository, metrics),
+        service=SERVICE,
+        on_result=metrics_callback(metrics, SERVICE),
     )
     return ServiceParts(consumers=[consumer], closers=[repository.close])
 

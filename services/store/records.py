@@ -158,7 +158,9 @@ def snapshot_record(event: run_pb2.ArchiveUpdated) -> ArchiveSnapshot:
         }
         for c in event.cells
     )
-    return ArchiveSnapshot(run_id=event.run_id, iteration=event.iteration, taken_at=datetime.now(UTC), cells=cells)
+    return ArchiveSnapshot(
+        run_id=event.run_id, iteration=event.iteration, taken_at=datetime.now(UTC), cells=cells
+    )
 
 
 def usage_record(event: search_pb2.CandidatesGenerated) -> UsageRecord:

@@ -42,7 +42,9 @@ def kernel_to_proto(k: KernelSource) -> kernel_pb2.KernelSource:
         glue=k.glue,
         tunables=[
             kernel_pb2.Tunable(
-                name=t.name, values=[_value_to_text(v) for v in t.values], default_value=_value_to_text(t.default)
+                name=t.name,
+                values=[_value_to_text(v) for v in t.values],
+                default_value=_value_to_text(t.default),
             )
             for t in k.tunables
         ],
@@ -103,7 +105,9 @@ def task_to_proto(t: Task) -> task_pb2.Task:
 
 def task_from_proto(p: task_pb2.Task) -> Task:
     shapes = tuple(
-        ShapeVariant(name=s.name or f"shape{i}", overrides={k: _literal(k, v) for k, v in sorted(s.overrides.items())})
+        ShapeVariant(
+            name=s.name or f"shape{i}", overrides={k: _literal(k, v) for k, v in sorted(s.overrides.items())}
+        )
         for i, s in enumerate(p.shapes)
     ) or (ShapeVariant("default"),)
     return Task(

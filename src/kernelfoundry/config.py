@@ -17,8 +17,12 @@ class Settings(BaseSettings):
 
     # Transport
     nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server with JetStream")
-    state_dir: Path = Field(Path(".kf"), description="Embedded state: JetStream data, SQLite lineage, kernels")
-    store_uri: str = Field("", description="sqlite:///path.db or mongodb://host/db; empty: SQLite in state_dir")
+    state_dir: Path = Field(
+        Path(".kf"), description="Embedded state: JetStream data, SQLite lineage, kernels"
+    )
+    store_uri: str = Field(
+        "", description="sqlite:///path.db or mongodb://host/db; empty: SQLite in state_dir"
+    )
     grpc_address: str = Field("127.0.0.1:50051", description="Evolver's public gRPC API")
     store_grpc_address: str = Field("127.0.0.1:50052", description="Store's lineage query API")
     metrics_port: int = Field(9464, description="Prometheus /metrics port of this service (0: any free port)")
@@ -31,7 +35,9 @@ class Settings(BaseSettings):
     build_targets: str = Field(
         "", description="Extra execution->build target pairs, e.g. cuda.l40s=cuda.sm89,cuda.mi300=hip.gfx942"
     )
-    generator: str = Field("heuristic", description="Generator the llm service serves: heuristic, openai, ...")
+    generator: str = Field(
+        "heuristic", description="Generator the llm service serves: heuristic, openai, ..."
+    )
 
     # Delivery
     ack_wait_s: float = Field(30.0, description="Seconds before an unacknowledged message is redelivered")

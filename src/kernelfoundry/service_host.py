@@ -8,6 +8,7 @@ peer if the process is killed outright).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,9 +17,11 @@ from typing import Any
 from kernelfoundry.bus.consumer import Consumer
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
-from kernelfoundry.telemetry.logging import configure_logging, get_logger
 from kernelfoundry.telemetry.endpoint import start_metrics_server
+from kernelfoundry.telemetry.health import Health
+from kernelfoundry.telemetry.logging import configure_logging, get_logger
 from kernelfoundry.telemetry.metrics import Metrics, subject_kind
+from kernelfoundry.telemetry.queue_lag import QueueLagMonitor, consumer_pending_probe
 
 log = get_logger(__name__)
 
@@ -38,7 +41,9 @@ Wiring = Callable[[Settings, Bus, Metrics], Awaitable[ServiceParts]]
 def metrics_callback(metrics: Metrics, service: str) -> Callable[[str, str, float], None]:
     def on_result(subject: str, outcome: str, seconds: float) -> None:
         kind = subject_kind(subject)
-        metrics.messages_processed_total.labels(service=service, subject_kind=kind, outcome=outcome.split(":")[0]).inc()
+        metrics.messages_processed_total.labels(
+            service=service, subject_kind=kind, outcome=outcome.split(":")[0]
+        ).inc()
         metrics.message_duration_seconds.labels(service=service, subject_kind=kind).observe(seconds)
         if outcome.startswith("dead_letter:"):
             metrics.dead_letters_total.labels(service=service, reason=outcome.split(":", 1)[1]).inc()
@@ -51,17 +56,22 @@ async def serve(service: str, settings: Settings, wiring: Wiring, stop: asyncio.
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
-            pass
     metrics = Metrics()
-    port = start_metrics_server(settings.metrics_port, metrics.registry)
+    health = Health()
+    port = start_metrics_server(settings.metrics_port, metrics.registry, health)
     bus = await Bus.connect(settings.nats_url, name=f"kf-{service}")
+    health.add_check("nats_connected", lambda: bus.nc.is_connected)
     log.info("service started", service=service, nats=settings.nats_url, metrics_port=port)
     parts = await wiring(settings, bus, metrics)
     tasks = [asyncio.create_task(c.run(stop)) for c in parts.consumers]
     tasks += [asyncio.create_task(t(stop)) for t in parts.tasks]
+    probes = {
+        c.spec.durable: consumer_pending_probe(bus.js, c.spec.stream, c.spec.durable) for c in parts.consumers
+    }
+    if probes:
+        tasks.append(asyncio.create_task(QueueLagMonitor(metrics, service, probes).run()))
     try:
         await stop.wait()
     finally:

@@ -135,15 +135,19 @@ class Consumer(Generic[M]):
                 if sub is None:
                     await self.bus.ensure_topology()
                     sub = await self._bind()
-                    log.info("consumer bound", durable=self.spec.durable, subjects=list(self.spec.filter_subjects))
+                    log.info(
+                        "consumer bound", durable=self.spec.durable, subjects=list(self.spec.filter_subjects)
+                    )
                 try:
                     msgs = await sub.fetch(self.spec.batch, timeout=1.0)
-                except (NatsTimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, NatsTimeoutError):
                     continue
                 for msg in msgs:
                     await self._process(msg)
             except (ConnectionClosedError, NoServersError, ServiceUnavailableError, NotFoundError) as exc:
-                log.warning("consumer lost its subscription; rebinding", durable=self.spec.durable, error=str(exc))
+                log.warning(
+                    "consumer lost its subscription; rebinding", durable=self.spec.durable, error=str(exc)
+                )
                 sub = None
                 await asyncio.sleep(0.5)
             except asyncio.CancelledError:
@@ -155,7 +159,9 @@ class Consumer(Generic[M]):
 
     async def _process(self, msg: Msg) -> None:
         meta = msg.metadata
-        delivery = Delivery(subject=msg.subject, deliveries=meta.num_delivered, stream_sequence=meta.sequence.stream)
+        delivery = Delivery(
+            subject=msg.subject, deliveries=meta.num_delivered, stream_sequence=meta.sequence.stream
+        )
         started = time.perf_counter()
         if delivery.deliveries > self.spec.max_deliver:
             await self._dead_letter(msg, delivery, "max_deliveries", f"delivered {delivery.deliveries} times")
@@ -163,7 +169,9 @@ class Consumer(Generic[M]):
         try:
             decoded = self.decode(msg.subject, msg.data)
         except (DecodeError, KeyError, ValueError) as exc:
-            await self._dead_letter(msg, delivery, "undecodable", f"cannot decode message on {msg.subject}: {exc}")
+            await self._dead_letter(
+                msg, delivery, "undecodable", f"cannot decode message on {msg.subject}: {exc}"
+            )
             return
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         try:
@@ -185,7 +193,9 @@ class Consumer(Generic[M]):
             heartbeat.cancel()
             self.stats.failed += 1
             self._report(msg.subject, "error", started)
-            log.exception("handler failed; will redeliver", subject=msg.subject, deliveries=delivery.deliveries)
+            log.exception(
+                "handler failed; will redeliver", subject=msg.subject, deliveries=delivery.deliveries
+            )
             if delivery.deliveries >= self.spec.max_deliver:
                 await self._dead_letter(msg, delivery, "handler_error", f"{type(exc).__name__}: {exc}")
             else:

@@ -78,7 +78,11 @@ class Bus:
         await self._ensure_stream(
             StreamConfig(
                 name=subjects.WORK_STREAM,
-                subjects=[f"{subjects.GENERATE_PREFIX}.>", f"{subjects.COMPILE_PREFIX}.>", f"{subjects.EXECUTE_PREFIX}.>"],
+                subjects=[
+                    f"{subjects.GENERATE_PREFIX}.>",
+                    f"{subjects.COMPILE_PREFIX}.>",
+                    f"{subjects.EXECUTE_PREFIX}.>",
+                ],
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=self._storage,
                 duplicate_window=DUPLICATE_WINDOW_S,

@@ -25,7 +25,9 @@ SERVICES = ("evolver", "llm", "compiler", "executor", "store")
 def serve(
     service: Annotated[str, typer.Argument(help="evolver | llm | compiler | executor | store")],
     nats_url: Annotated[str | None, typer.Option(help="NATS server (default: KF_NATS_URL)")] = None,
-    hardware: Annotated[str | None, typer.Option(help="Hardware served, e.g. cpu.x86_64 or cuda.h200")] = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Hardware served, e.g. cpu.x86_64 or cuda.h200")
+    ] = None,
 ) -> None:
     """Run one service in the foreground (the Kubernetes entry point)."""
     if service not in SERVICES:
@@ -37,7 +39,9 @@ def serve(
 
 @app.command()
 def up(
-    state_dir: Annotated[Path | None, typer.Option(help="Where JetStream data, lineage and kernels live")] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Where JetStream data, lineage and kernels live")
+    ] = None,
     grpc_address: Annotated[str | None, typer.Option(help="Address of the gRPC API")] = None,
 ) -> None:
     """Start the whole system on this machine: JetStream, every service, the gRPC API. Ctrl-C stops it."""
@@ -59,11 +63,14 @@ def up(
         with console.status("starting JetStream and the services..."):
             stack.start()
         console.print(f"[green]KernelFoundry is up[/green]: gRPC {stack.grpc_address}, NATS {stack.nats_url}")
-        console.print(f"hardware: {', '.join(h.execute for h in stack.hardware or [])}; logs in {stack.state_dir / 'logs'}")
+        hardware = ", ".join(h.execute for h in stack.hardware or [])
+        console.print(f"hardware: {hardware}; logs in {stack.state_dir / 'logs'}")
         while not stopping:
             dead = [s.name for s in stack.services.values() if not s.alive()]
             if dead:
-                console.print(f"[red]service(s) exited: {', '.join(dead)}[/red]; see {stack.state_dir / 'logs'}")
+                console.print(
+                    f"[red]service(s) exited: {', '.join(dead)}[/red]; see {stack.state_dir / 'logs'}"
+                )
                 break
             time.sleep(0.5)
     except KeyboardInterrupt:

@@ -72,7 +72,9 @@ def summary_dict(progress: run_pb2.RunProgress) -> dict[str, object]:
 
 def run(
     task: Annotated[Path, typer.Argument(help="KernelBench .py file or task folder")],
-    iterations: Annotated[int | None, typer.Option(help="Generations to evolve (default: the task's budget)")] = None,
+    iterations: Annotated[
+        int | None, typer.Option(help="Generations to evolve (default: the task's budget)")
+    ] = None,
     backend: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
     population: Annotated[int, typer.Option(help="Generation requests per iteration")] = 4,
     sweeps: Annotated[bool, typer.Option(help="Sweep the tunables of new elites")] = True,
@@ -161,7 +163,9 @@ def _follow(client: KernelFoundryClient, run_id: str, console: Console, quiet: b
 def _print_summary(console: Console, summary: dict[str, object]) -> None:
     out = Console()
     if not summary["best_candidate_id"]:
-        out.print(f"run {summary['run_id']} {summary['status']}: no correct kernel found ({summary['message']})")
+        out.print(
+            f"run {summary['run_id']} {summary['status']}: no correct kernel found ({summary['message']})"
+        )
         return
     out.print(
         f"best kernel: {summary['best_kernel_path']}\n"

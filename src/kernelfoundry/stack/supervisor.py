@@ -8,6 +8,7 @@ integration tests use it too, to kill and restart single services. Services are 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -41,7 +42,9 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         cmd = [sys.executable, "-m", "kernelfoundry", "serve", self.name.split(":")[0]]
-        self.process = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
 
     def alive(self) -> bool:
@@ -61,10 +64,8 @@ class ServiceProcess:
         """Kill the service and everything it started (its evaluation child too)."""
         if self.process is None or self.process.poll() is not None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait()
 
 
@@ -126,13 +127,17 @@ class Stack:
         while time.monotonic() < deadline:
             dead = [s.name for s in self.services.values() if not s.alive()]
             if dead:
-                raise RuntimeError(f"service(s) {', '.join(dead)} exited during start; see {self.state_dir / 'logs'}")
+                raise RuntimeError(
+                    f"service(s) {', '.join(dead)} exited during start; see {self.state_dir / 'logs'}"
+                )
             try:
                 with socket.create_connection((host, int(port)), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.2)
-        raise TimeoutError(f"the evolver's gRPC API did not answer at {self.grpc_address} within {timeout_s}s")
+        raise TimeoutError(
+            f"the evolver's gRPC API did not answer at {self.grpc_address} within {timeout_s}s"
+        )
 
     def service(self, name: str) -> ServiceProcess:
         matches = [s for key, s in self.services.items() if key == name or key.startswith(f"{name}:")]
@@ -141,8 +146,12 @@ class Stack:
         return matches[0]
 
     def stop(self) -> None:
-        # Evolver first (no new work), workers next, store last (it drains the event history), broker at the end.
-        order = ["evolver", "llm", "compiler"] + [k for k in self.services if k.startswith("executor")] + ["store"]
+        # Evolver first (no new work), workers next, store last (it drains the history), broker at the end.
+        order = (
+            ["evolver", "llm", "compiler"]
+            + [k for k in self.services if k.startswith("executor")]
+            + ["store"]
+        )
         for key in order:
             if key in self.services:
                 self.services[key].stop()

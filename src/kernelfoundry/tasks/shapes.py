@@ -23,7 +23,9 @@ def declared_overrides(source: str, name: str) -> dict[str, Any] | None:
     except SyntaxError:
         return None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
             try:
                 value = ast.literal_eval(node.value)
             except ValueError as exc:

@@ -122,7 +122,9 @@ async def test_failing_handler_is_retried_then_dead_lettered_not_looped(nats_ser
         calls.append(delivery.deliveries)
         raise RuntimeError("toolchain exploded")
 
-    consumer = Consumer(bus, spec(max_deliver=3), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    consumer = Consumer(
+        bus, spec(max_deliver=3), decoder_for(build_pb2.CompileCandidate), handler, service="test"
+    )
     await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1"), "compile-c1")
     await run_until(consumer, lambda: consumer.stats.dead_lettered == 1, timeout=30)
     assert calls == [1, 2, 3]

@@ -1,0 +1,43 @@
+"""The generated protobuf/gRPC code matches protos/ and the protos pass buf lint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelfoundry.protogen import generate
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGE = ROOT / "src"
+
+
+def test_generated_code_is_not_stale(tmp_path: Path) -> None:
+    fresh = generate(ROOT / "protos", tmp_path)
+    assert fresh, "no .proto files found"
+    stale = []
+    for path in fresh:
+        installed = PACKAGE / path.relative_to(tmp_path)
+        if not installed.exists() or installed.read_bytes() != path.read_bytes():
+            stale.append(str(installed.relative_to(ROOT)))
+    assert not stale, f"generated code is stale; rebuild (pip install -e .) to regenerate: {stale}"
+
+
+def test_every_generated_module_imports() -> None:
+    for proto in sorted((ROOT / "protos").rglob("*.proto")):
+        module = ".".join(proto.relative_to(ROOT / "protos").with_suffix("").parts) + "_pb2"
+        __import__(module)
+
+
+def _buf() -> str | None:
+    candidate = Path(sys.executable).parent / "buf"
+    return str(candidate) if candidate.exists() else shutil.which("buf")
+
+
+@pytest.mark.skipif(_buf() is None, reason="buf (the buf-bin wheel) is not installed")
+def test_protos_pass_buf_lint() -> None:
+    result = subprocess.run([_buf(), "lint"], cwd=ROOT, capture_output=True, text=True, timeout=120)  # type: ignore[list-item]
+    assert result.returncode == 0, result.stdout + result.stderr
