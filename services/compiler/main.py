@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from kernelfoundry.services.compiler.handlers import CompileHandler
-
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.compiler.handlers import CompileHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
 

@@ -12,11 +12,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import grpc
-from kernelfoundry.services.evolver.runs import RunCoordinator, RunState
 
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.codec import task_from_proto, task_to_proto
 from kernelfoundry.config import Settings
+from kernelfoundry.services.evolver.runs import RunCoordinator, RunState
 from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.loading import load_task_from_source
 from kernelfoundry.tasks.model import Task, TaskError
@@ -27,19 +27,6 @@ from kernelfoundry.v1 import run_pb2, service_pb2, service_pb2_grpc
 
 log = get_logger(__name__)
 
-DEFAULT_BUILD_TARGETS = {"cuda.h200": "cuda.sm90", "cuda.h100": "cuda.sm90", "cuda.a100": "cuda.sm80"}
-
-
-def build_target_for(hardware: str, overrides: dict[str, str]) -> str:
-    """The compiler subject token for an execution hardware token (configuration, not code)."""
-    if hardware in overrides:
-        return overrides[hardware]
-    if hardware.startswith("cpu."):
-        return hardware
-    if hardware in DEFAULT_BUILD_TARGETS:
-        return DEFAULT_BUILD_TARGETS[hardware]
-    raise TaskError("unknown_hardware", f"no build target is configured for hardware {hardware!r}")
-
 
 class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
     def __init__(
@@ -49,7 +36,6 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         self.bus = bus
         self.runs = runs
         self.metrics = metrics
-        self.build_targets = settings_build_targets(settings)
 
     async def _validated(self, request: service_pb2.SubmitRunRequest) -> Task:
         proto = request.task
@@ -70,7 +56,7 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         config.population = config.population or 4
         try:
             task = await self._validated(request)
-            build_target = build_target_for(config.hardware, self.build_targets)
+            build_target = self.runs.build_target_for(config.hardware)
         except TaskError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc.message}")
             raise AssertionError("unreachable") from exc
@@ -128,7 +114,3 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
         await self.bus.publish_all(self.runs.cancel(request.run_id))
         return service_pb2.CancelRunResponse(progress=self.runs.progress(run))  # type: ignore[arg-type]
-
-
-def settings_build_targets(settings: Settings) -> dict[str, str]:
-    return settings.build_targets_map

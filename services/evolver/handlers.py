@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from google.protobuf.message import Message
-from kernelfoundry.services.evolver.runs import RunCoordinator
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Delivery
 from kernelfoundry.bus.jetstream import Outgoing
+from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2
 

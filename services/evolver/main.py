@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from kernelfoundry.services.evolver.api import KernelFoundryApi
-from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
-from kernelfoundry.services.evolver.runs import RunCoordinator
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec
@@ -15,6 +12,10 @@ from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.evolver.api import KernelFoundryApi
+from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
+from kernelfoundry.services.evolver.resume import resume_runs
+from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import service_pb2_grpc
@@ -24,7 +25,9 @@ log = get_logger(__name__)
 
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
-    runs = RunCoordinator(settings.state_dir)
+    runs = RunCoordinator(settings.state_dir, build_targets=settings.build_targets_map)
+    # Resume before consuming: events for a run must find it restored.
+    await bus.publish_all(await resume_runs(runs, bus, settings.store_grpc_address, settings.resume_wait_s))
     spec = ConsumerSpec(
         stream=subjects.EVENTS_STREAM,
         durable="evolver",

@@ -25,13 +25,14 @@ from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo, Misma
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.outcomes import Outcome
 from kernelfoundry.domain.sweeps import SweepCampaign, SweepFailure, SweepJob
-from kernelfoundry.tasks.model import Budget, Task
+from kernelfoundry.tasks.model import Budget, Task, TaskError
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2, task_pb2
 
 log = get_logger(__name__)
 
 EXTENSIONS = {"cpp": "cpp", "cuda": "cu"}
+DEFAULT_BUILD_TARGETS = {"cuda.h200": "cuda.sm90", "cuda.h100": "cuda.sm90", "cuda.a100": "cuda.sm80"}
 # Placements after which an elite's tunables are worth sweeping.
 SWEEP_TRIGGERS = ("new_cell", "elite_replaced", "improvement")
 ALL_SHAPES = "all"  # evaluations aggregate every shape of the task; sweeps tune for that aggregate
@@ -64,7 +65,6 @@ class RunState:
     generation: int = 0
     pending_requests: set[str] = field(default_factory=set)
     handled_requests: set[str] = field(default_factory=set)
-    plans: dict[str, GenerationPlan] = field(default_factory=dict)
     candidates: dict[str, CandidateState] = field(default_factory=dict)
     source_hashes: set[str] = field(default_factory=set)
     generated: int = 0
@@ -98,13 +98,29 @@ def source_digest(source: KernelSource) -> str:
 class RunCoordinator:
     """All runs of this evolver process."""
 
-    def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        clock: Callable[[], float] = time.time,
+        build_targets: dict[str, str] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.clock = clock
+        self.build_targets = dict(build_targets or {})
         self.runs: dict[str, RunState] = {}
 
     # -- starting ---------------------------------------------------------------------------------------
-    def start_run(
+    def build_target_for(self, hardware: str) -> str:
+        """The compiler subject token for an execution hardware token (configuration, not code)."""
+        if hardware in self.build_targets:
+            return self.build_targets[hardware]
+        if hardware.startswith("cpu."):
+            return hardware
+        if hardware in DEFAULT_BUILD_TARGETS:
+            return DEFAULT_BUILD_TARGETS[hardware]
+        raise TaskError("unknown_hardware", f"no build target is configured for hardware {hardware!r}")
+
+    def create_run(
         self,
         run_id: str,
         task: Task,
@@ -112,7 +128,10 @@ class RunCoordinator:
         config: run_pb2.RunConfig,
         build_target: str,
         reference_ops: int,
-    ) -> list[Outgoing]:
+        started_at: float | None = None,
+    ) -> RunState:
+        """Register a run's state (new or restored); emits nothing."""
+        started = self.clock() if started_at is None else started_at
         budget = Budget(
             iterations=config.iterations,
             wall_time_s=task.budget.wall_time_s,
@@ -122,7 +141,7 @@ class RunCoordinator:
         engine = EvolutionEngine(
             EngineConfig(batch_size=max(1, config.population), islands=max(1, config.islands)),
             budget=budget,
-            started_at=self.clock(),
+            started_at=started,
         )
         run = RunState(
             run_id=run_id,
@@ -134,15 +153,33 @@ class RunCoordinator:
             reference_ops=reference_ops,
             rng=random.Random(config.seed),
             sweeps=SweepCampaign(task.name),
-            started_at=self.clock(),
+            started_at=started,
         )
         self.runs[run_id] = run
+        return run
+
+    def start_run(
+        self,
+        run_id: str,
+        task: Task,
+        task_proto: task_pb2.Task,
+        config: run_pb2.RunConfig,
+        build_target: str,
+        reference_ops: int,
+    ) -> list[Outgoing]:
+        run = self.create_run(run_id, task, task_proto, config, build_target, reference_ops)
         submitted = run_pb2.RunSubmitted(
             run_id=run_id, task=task_proto, config=config, submitted_at=run.started_at
         )
         out = [Outgoing(subjects.RUN_SUBMITTED, submitted, f"submitted-{run_id}")]
         out += self._seed_initial_kernels(run)
         out += self._next_generation(run)
+        self._notify(run)
+        return out
+
+    def continue_run(self, run: RunState) -> list[Outgoing]:
+        """After a restore: move on if nothing is in flight, else wait for the in-flight work's events."""
+        out = [] if run.unresolved() else self._next_generation(run)
         self._notify(run)
         return out
 
@@ -160,7 +197,6 @@ class RunCoordinator:
                 operator="seed",
                 request_id=f"{run.run_id}-init",
                 rationale="initial kernel from the task",
-                plan=None,
             )
         return out
 
@@ -227,7 +263,6 @@ class RunCoordinator:
                 )
             )
         run.pending_requests.add(request_id)
-        run.plans[request_id] = plan
         return Outgoing(subjects.generate(run.config.generator), request, request_id)
 
     def _backend(self, run: RunState) -> str:
@@ -255,7 +290,6 @@ class RunCoordinator:
             operator="retune",
             request_id=request_id,
             rationale=f"tunable sweep point {dict(job.params)}",
-            plan=None,
             island=parent.info.island,
         )
         if out:
@@ -271,7 +305,6 @@ class RunCoordinator:
             return []
         run.handled_requests.add(event.request_id)
         run.pending_requests.discard(event.request_id)
-        plan = run.plans.pop(event.request_id, None)
         out: list[Outgoing] = []
         if run.active:
             if event.error_reason:
@@ -281,6 +314,12 @@ class RunCoordinator:
                     reason=event.error_reason,
                     message=event.error_message,
                 )
+            repair_of = event.parent_id if event.repair else None
+            parent_id = event.parent_id or None
+            if repair_of is not None:
+                failed = run.candidates.get(repair_of)
+                parent_id = failed.info.parent_id if failed else None
+            operator = event.mutation or "seed"
             for index, generated in enumerate(event.candidates):
                 try:
                     source = kernel_from_proto(generated.source)
@@ -295,12 +334,15 @@ class RunCoordinator:
                     candidate_id=f"{event.request_id}-c{index}",
                     source=source,
                     reported=reported,
-                    parent_id=self._parent_of(plan),
-                    operator=(plan.operator if plan and (plan.parent or plan.repair) else "seed"),
+                    parent_id=parent_id,
+                    operator=operator,
                     request_id=event.request_id,
                     rationale=generated.rationale,
-                    plan=plan,
                     generator=event.generator,
+                    island=event.island,
+                    prompt_variant_id=event.prompt_variant_id or None,
+                    repair_of=repair_of,
+                    generation=event.iteration,
                 )
         out += self._maybe_advance(run)
         self._notify(run)
@@ -317,9 +359,11 @@ class RunCoordinator:
         operator: str,
         request_id: str,
         rationale: str,
-        plan: GenerationPlan | None,
         generator: str = "",
-        island: int | None = None,
+        island: int = 0,
+        prompt_variant_id: str | None = None,
+        repair_of: str | None = None,
+        generation: int | None = None,
     ) -> list[Outgoing]:
         if candidate_id in run.candidates:
             return []
@@ -332,12 +376,12 @@ class RunCoordinator:
             candidate_id=candidate_id,
             parent_id=parent_id,
             descriptors=classification.descriptors,
-            generation=run.generation,
-            island=island if island is not None else (plan.island if plan else 0),
+            generation=run.generation if generation is None else generation,
+            island=island,
             operator=operator,
-            prompt_variant_id=plan.prompt_variant_id if plan else None,
+            prompt_variant_id=prompt_variant_id,
             reported=reported,
-            repair_of=plan.repair.candidate_id if plan and plan.repair else None,
+            repair_of=repair_of,
             params=dict(source.params),
             shape=ALL_SHAPES,
         )
@@ -347,7 +391,7 @@ class RunCoordinator:
             candidate_id=candidate_id,
             run_id=run.run_id,
             parent_ids=[parent_id] if parent_id else [],
-            iteration=run.generation,
+            iteration=info.generation,
             generator=generator or run.config.generator,
             source=kernel_to_proto(source),
             analysed=descriptors_to_proto(classification.descriptors),
@@ -372,14 +416,6 @@ class RunCoordinator:
             Outgoing(subjects.CANDIDATE_CREATED, created, f"created-{candidate_id}"),
             Outgoing(subjects.compile_(run.build_target), compile_request, f"compile-{candidate_id}"),
         ]
-
-    @staticmethod
-    def _parent_of(plan: GenerationPlan | None) -> str | None:
-        if plan is None:
-            return None
-        if plan.repair is not None:
-            return plan.repair.parent_id
-        return plan.parent.candidate_id if plan.parent else None
 
     def on_compiled(self, event: build_pb2.CandidateCompiled) -> list[Outgoing]:
         run = self.runs.get(event.run_id)
@@ -420,20 +456,17 @@ class RunCoordinator:
         )
         return self._resolve(run, candidate, evaluation, event)
 
-    def _resolve(
-        self,
+    @staticmethod
+    def restore_result(
         run: RunState,
         candidate: CandidateState,
         evaluation: EvaluationInfo,
         event: evaluation_pb2.EvaluationFinished | None,
-    ) -> list[Outgoing]:
+    ) -> Outcome:
+        """Apply a candidate's result to the run's state: engine, counters, best. Emits nothing."""
         candidate.resolved = True
         candidate.evaluation = event
-        out: list[Outgoing] = []
-        if not run.active:
-            return out
         outcome: Outcome = run.engine.record_evaluation(candidate.info, evaluation)
-        self._feed_sweeps(run, candidate, evaluation, outcome)
         if evaluation.failed:
             run.failed += 1
         else:
@@ -441,7 +474,25 @@ class RunCoordinator:
             if evaluation.fitness > run.best_speedup:
                 run.best_speedup = evaluation.fitness
                 run.best_id = candidate.info.candidate_id
-                run.best_path = self._write_best(run, candidate)
+        return outcome
+
+    def _resolve(
+        self,
+        run: RunState,
+        candidate: CandidateState,
+        evaluation: EvaluationInfo,
+        event: evaluation_pb2.EvaluationFinished | None,
+    ) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        if not run.active:
+            candidate.resolved = True
+            candidate.evaluation = event
+            return out
+        best_before = run.best_id
+        outcome = self.restore_result(run, candidate, evaluation, event)
+        self._feed_sweeps(run, candidate, evaluation, outcome)
+        if run.best_id != best_before:
+            run.best_path = self._write_best(run, candidate)
         archive = run_pb2.ArchiveUpdated(
             run_id=run.run_id,
             iteration=run.generation,

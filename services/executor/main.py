@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernelfoundry.services.executor.handlers import EvaluateHandler
-
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.executor.handlers import EvaluateHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
 

@@ -69,7 +69,15 @@ class GenerateHandler:
             raise Reject("bad_request", f"generation request {message.request_id}: {exc}") from exc
         started = time.perf_counter()
         event = search_pb2.CandidatesGenerated(
-            request_id=message.request_id, run_id=message.run_id, generator=self.generator.name
+            request_id=message.request_id,
+            run_id=message.run_id,
+            generator=self.generator.name,
+            parent_id=message.parent.candidate_id,
+            mutation=message.mutation,
+            island=message.island,
+            prompt_variant_id=message.prompt_variant_id,
+            repair=message.repair,
+            iteration=message.iteration,
         )
         try:
             result = await self.generator.generate(request)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from kernelfoundry.services.llm.handlers import GenerateHandler
-
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.generators.base import Generator
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.llm.handlers import GenerateHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import search_pb2
 

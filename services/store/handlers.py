@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from google.protobuf.message import Message
-from kernelfoundry.services.store import records
 
 from kernelfoundry.bus.consumer import Delivery, Retry
 from kernelfoundry.bus.jetstream import Outgoing
 from kernelfoundry.lineage.errors import LineageError
 from kernelfoundry.lineage.repository import LineageRepository
+from kernelfoundry.services.store import records
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2
 

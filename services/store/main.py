@@ -1,8 +1,10 @@
-"""Store service entry point: its own durable consumer of the whole event history, into the lineage store."""
+"""Store service entry point: its own durable consumer of the whole event history, plus the lineage API."""
 
 from __future__ import annotations
 
-from kernelfoundry.services.store.handlers import StoreHandler
+import asyncio
+
+import grpc
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec
@@ -11,9 +13,14 @@ from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.lineage.connection import open_repository
 from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.services.store.api import LineageApi
+from kernelfoundry.services.store.handlers import StoreHandler
+from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
+from kernelfoundry.v1 import lineage_pb2_grpc
 
 SERVICE = "store"
+log = get_logger(__name__)
 
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
@@ -37,7 +44,19 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         service=SERVICE,
         on_result=metrics_callback(metrics, SERVICE),
     )
-    return ServiceParts(consumers=[consumer], closers=[repository.close])
+    server = grpc.aio.server(options=[("grpc.max_send_message_length", 256 * 1024 * 1024)])
+    lineage_pb2_grpc.add_LineageServiceServicer_to_server(LineageApi(repository), server)
+    server.add_insecure_port(settings.store_grpc_address)
+
+    async def serve_grpc(stop: asyncio.Event) -> None:
+        await server.start()
+        log.info("lineage API listening", address=settings.store_grpc_address)
+        await stop.wait()
+
+    async def close_server() -> None:
+        await server.stop(grace=2)
+
+    return ServiceParts(consumers=[consumer], tasks=[serve_grpc], closers=[close_server, repository.close])
 
 
 def main(settings: Settings) -> None:

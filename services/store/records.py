@@ -65,6 +65,8 @@ def payload(event: Message) -> dict[str, Any]:
 
 def run_record(event: run_pb2.RunSubmitted) -> RunRecord:
     config = MessageToDict(event.config, preserving_proto_field_name=True)
+    # The full task travels with the run so that a restarted evolver can resume it from the store alone.
+    config["task"] = MessageToDict(event.task, preserving_proto_field_name=True)
     return RunRecord(
         run_id=event.run_id,
         task_name=event.task.name,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import grpc
 
 from kernelfoundry.codec import task_to_proto
 from kernelfoundry.tasks.model import Task
-from kernelfoundry.v1 import run_pb2, service_pb2, service_pb2_grpc
+from kernelfoundry.v1 import lineage_pb2, lineage_pb2_grpc, run_pb2, service_pb2, service_pb2_grpc
 
 
 class SubmissionRejected(ValueError):
@@ -52,3 +53,33 @@ class KernelFoundryClient:
 
     def close(self) -> None:
         self.channel.close()
+
+
+class LineageClient:
+    """Async client of the store's lineage API (used by the evolver to resume runs, and by the CLI)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        )
+        self.stub = lineage_pb2_grpc.LineageServiceStub(self.channel)
+
+    async def ready(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def list_runs(
+        self, status: str = "", task_name: str = "", limit: int = 0
+    ) -> list[lineage_pb2.RunRecord]:
+        request = lineage_pb2.ListRunsRequest(status=status, task_name=task_name, limit=limit)
+        return list((await self.stub.ListRuns(request)).runs)
+
+    async def run_history(self, run_id: str) -> lineage_pb2.GetRunHistoryResponse:
+        return await self.stub.GetRunHistory(lineage_pb2.GetRunHistoryRequest(run_id=run_id))
+
+    async def close(self) -> None:
+        await self.channel.close()

@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(5.0, description="In-progress acks while a long message is handled")
     max_ack_pending: int = Field(64, description="Messages in flight per consumer, across its whole pool")
 
+    resume_wait_s: float = Field(
+        60.0, description="How long a starting evolver waits for the store to catch up"
+    )
+
     # Work
     compile_timeout_s: float = 120.0
     evaluation_deadline_s: float = 300.0

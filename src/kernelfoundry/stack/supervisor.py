@@ -73,6 +73,7 @@ class ServiceProcess:
 class Stack:
     state_dir: Path
     grpc_address: str = ""
+    store_grpc_address: str = ""
     hardware: list[HardwareTarget] | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
     nats: NatsServer | None = None
@@ -83,6 +84,7 @@ class Stack:
         self.state_dir = self.state_dir.resolve()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.grpc_address = self.grpc_address or f"127.0.0.1:{free_port()}"
+        self.store_grpc_address = self.store_grpc_address or f"127.0.0.1:{free_port()}"
         self.hardware = self.hardware if self.hardware is not None else detect()
         self.nats = NatsServer(self.state_dir / "nats", log_file=self.state_dir / "logs" / "nats.log")
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -99,6 +101,7 @@ class Stack:
                 "KF_NATS_URL": self.nats_url,
                 "KF_STATE_DIR": str(self.state_dir),
                 "KF_GRPC_ADDRESS": self.grpc_address,
+                "KF_STORE_GRPC_ADDRESS": self.store_grpc_address,
                 "KF_METRICS_PORT": "0",
                 "PYTHONUNBUFFERED": "1",
             }

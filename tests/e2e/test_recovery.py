@@ -1,0 +1,95 @@
+"""End to end: services die mid-run and come back; the run completes and the lineage is whole."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kernelfoundry.client import KernelFoundryClient
+from kernelfoundry.stack.hardware import cpu_target
+from kernelfoundry.stack.supervisor import Stack
+from kernelfoundry.v1 import run_pb2
+
+from .test_stack import FAST_ENV, chain_task, config, lineage, wait_finished, wait_lineage_complete
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    stack = Stack(state_dir=tmp_path / "stack", hardware=[cpu_target()], extra_env=FAST_ENV)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def poll_run(client: KernelFoundryClient, run_id: str, timeout_s: float = 120) -> run_pb2.RunProgress:
+    """GetRun, retrying while the evolver is (re)starting."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get_run(run_id)
+        except grpc.RpcError as exc:
+            if time.monotonic() > deadline or exc.code() not in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.NOT_FOUND,
+            ):
+                raise
+            time.sleep(0.3)
+
+
+def test_killing_the_evolver_mid_run_resumes_it_and_every_candidate_appears_once(stack: Stack) -> None:
+    client = KernelFoundryClient(stack.grpc_address)
+    try:
+        run_id = client.submit(chain_task(), config(iterations=3))
+        deadline = time.monotonic() + 180
+        while client.get_run(run_id).candidates_correct < 1:
+            assert time.monotonic() < deadline, "no candidate was evaluated"
+            time.sleep(0.2)
+        before = client.get_run(run_id)
+        assert before.status == run_pb2.RUN_STATUS_RUNNING
+        evolver = stack.service("evolver")
+        evolver.kill()
+        evolver.start()
+        resumed = poll_run(client, run_id)
+        assert resumed.run_id == run_id
+        assert resumed.candidates_generated >= before.candidates_correct
+        final = wait_finished(client, run_id)
+        assert final.status == run_pb2.RUN_STATUS_COMPLETED, final.message
+        assert final.iteration >= 3
+        candidates, evaluations, builds, run, _ = wait_lineage_complete(stack, run_id)
+        ids = [c.candidate_id for c in candidates]
+        assert len(ids) == len(set(ids))
+        assert final.candidates_generated == len(candidates)
+        assert final.candidates_correct + final.candidates_failed == len(candidates)
+        assert run.status == "finished"
+    finally:
+        client.close()
+
+
+def test_killing_the_store_mid_run_loses_no_lineage(stack: Stack) -> None:
+    client = KernelFoundryClient(stack.grpc_address)
+    try:
+        run_id = client.submit(chain_task(), config(iterations=2))
+        store = stack.service("store")
+        while client.get_run(run_id).candidates_generated < 1:
+            time.sleep(0.1)
+        store.kill()
+        final = wait_finished(client, run_id)  # the run goes on without the store
+        assert final.status == run_pb2.RUN_STATUS_COMPLETED
+        store.start()
+        candidates, evaluations, builds, run, _ = wait_lineage_complete(stack, run_id, timeout_s=120)
+        assert len(candidates) == final.candidates_generated
+        assert len(evaluations) == final.candidates_correct + sum(
+            1 for e in evaluations if not e.correct
+        )
+        assert run.status == "finished"
+        assert lineage(stack, run_id)[3].summary.get("best_candidate_id") == final.best.candidate_id
+    finally:
+        client.close()
