@@ -44,7 +44,10 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         service=SERVICE,
         on_result=metrics_callback(metrics, SERVICE),
     )
-    server = grpc.aio.server(options=[("grpc.max_send_message_length", 256 * 1024 * 1024)])
+    limit = 256 * 1024 * 1024  # run archives travel whole through ExportRun/ImportRun
+    server = grpc.aio.server(
+        options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+    )
     lineage_pb2_grpc.add_LineageServiceServicer_to_server(LineageApi(repository), server)
     server.add_insecure_port(settings.store_grpc_address)
 

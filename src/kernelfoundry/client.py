@@ -61,7 +61,11 @@ class LineageClient:
     def __init__(self, address: str) -> None:
         self.address = address
         self.channel = grpc.aio.insecure_channel(
-            address, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+            address,
+            options=[
+                ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+                ("grpc.max_send_message_length", 256 * 1024 * 1024),
+            ],
         )
         self.stub = lineage_pb2_grpc.LineageServiceStub(self.channel)
 
@@ -80,6 +84,48 @@ class LineageClient:
 
     async def run_history(self, run_id: str) -> lineage_pb2.GetRunHistoryResponse:
         return await self.stub.GetRunHistory(lineage_pb2.GetRunHistoryRequest(run_id=run_id))
+
+    async def get_run(self, run_id: str, timeout_s: float | None = None) -> lineage_pb2.RunRecord:
+        request = lineage_pb2.GetRunRecordRequest(run_id=run_id)
+        return (await self.stub.GetRunRecord(request, timeout=timeout_s)).run
+
+    async def lineage_tree(
+        self, candidate_id: str, max_depth: int = 0, timeout_s: float | None = None
+    ) -> lineage_pb2.GetLineageTreeResponse:
+        request = lineage_pb2.GetLineageTreeRequest(candidate_id=candidate_id, max_depth=max_depth)
+        return await self.stub.GetLineageTree(request, timeout=timeout_s)
+
+    async def best_kernels(
+        self, task_name: str = "", hardware: str = "", timeout_s: float | None = None
+    ) -> list[lineage_pb2.BestKernelRecord]:
+        request = lineage_pb2.GetBestKernelsRequest(task_name=task_name, hardware=hardware)
+        return list((await self.stub.GetBestKernels(request, timeout=timeout_s)).kernels)
+
+    async def archive_snapshots(
+        self, run_id: str, timeout_s: float | None = None
+    ) -> list[lineage_pb2.ArchiveSnapshotRecord]:
+        request = lineage_pb2.GetArchiveSnapshotsRequest(run_id=run_id)
+        return list((await self.stub.GetArchiveSnapshots(request, timeout=timeout_s)).snapshots)
+
+    async def failure_summary(
+        self, run_id: str = "", timeout_s: float | None = None
+    ) -> list[lineage_pb2.FailureCount]:
+        request = lineage_pb2.GetFailureSummaryRequest(run_id=run_id)
+        return list((await self.stub.GetFailureSummary(request, timeout=timeout_s)).failures)
+
+    async def usage_totals(
+        self, run_id: str = "", group_by: str = "generator", timeout_s: float | None = None
+    ) -> list[lineage_pb2.UsageTotal]:
+        request = lineage_pb2.GetUsageTotalsRequest(run_id=run_id, group_by=group_by)
+        return list((await self.stub.GetUsageTotals(request, timeout=timeout_s)).totals)
+
+    async def export_run(self, run_id: str, timeout_s: float | None = None) -> lineage_pb2.ExportRunResponse:
+        return await self.stub.ExportRun(lineage_pb2.ExportRunRequest(run_id=run_id), timeout=timeout_s)
+
+    async def import_run(
+        self, archive: bytes, timeout_s: float | None = None
+    ) -> lineage_pb2.ImportRunResponse:
+        return await self.stub.ImportRun(lineage_pb2.ImportRunRequest(archive=archive), timeout=timeout_s)
 
     async def close(self) -> None:
         await self.channel.close()

@@ -86,6 +86,7 @@ def _register_optional_commands() -> None:
 
     app.command("run")(run)
     app.command("evaluate")(evaluate)
+    app.add_typer(__import__("kernelfoundry.cli.lineage", fromlist=["_"]).lineage_app, name="lineage")
 
 
 _register_optional_commands()
