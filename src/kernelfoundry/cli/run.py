@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from kernelfoundry.client import KernelFoundryClient, SubmissionRejected
 from kernelfoundry.config import load_settings
@@ -57,6 +58,16 @@ def summary_dict(progress: run_pb2.RunProgress) -> dict[str, object]:
             "parallelism": best.descriptors.parallelism,
         },
         "archive_cells_filled": len(progress.archive),
+        "archive": [
+            {
+                "memory": c.descriptors.memory,
+                "algorithm": c.descriptors.algorithm,
+                "parallelism": c.descriptors.parallelism,
+                "candidate_id": c.candidate_id,
+                "speedup": round(c.speedup, 4),
+            }
+            for c in progress.archive
+        ],
         "outcomes": {
             "improvement": progress.outcomes.improvement,
             "neutral": progress.outcomes.neutral,
@@ -125,7 +136,7 @@ def run(
     if json_output:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
-        _print_summary(console, summary)
+        _print_summary(console, summary, final)
     if summary["status"] != "completed":
         raise typer.Exit(1)
 
@@ -160,8 +171,32 @@ def _follow(client: KernelFoundryClient, run_id: str, console: Console, quiet: b
     return final if final is not None else client.get_run(run_id)
 
 
-def _print_summary(console: Console, summary: dict[str, object]) -> None:
+MEMORY_LEVELS = ("scalar", "coalesced", "tiled", "hierarchy")
+ALGORITHM_LEVELS = ("direct", "fused", "reformulated", "asymptotic")
+PARALLELISM_LEVELS = ("no sync", "barriers", "warp", "atomics")
+
+
+def archive_map(progress: run_pb2.RunProgress) -> Table:
+    """The 4x4x4 archive as one table: memory rows x algorithm columns, one line per parallelism level."""
+    cells: dict[tuple[int, int], list[str]] = {}
+    for cell in progress.archive:
+        d = cell.descriptors
+        cells.setdefault((d.memory, d.algorithm), []).append(
+            f"{PARALLELISM_LEVELS[d.parallelism]}: {cell.speedup:.2f}x"
+        )
+    table = Table(title=f"archive: {len(progress.archive)}/64 cells filled (elite speedup over eager)")
+    table.add_column("memory \\ algorithm")
+    for name in ALGORITHM_LEVELS:
+        table.add_column(name)
+    for m, memory in enumerate(MEMORY_LEVELS):
+        table.add_row(memory, *("\n".join(cells.get((m, a), ["·"])) for a in range(len(ALGORITHM_LEVELS))))
+    return table
+
+
+def _print_summary(console: Console, summary: dict[str, object], final: run_pb2.RunProgress) -> None:
     out = Console()
+    if final.archive:
+        out.print(archive_map(final))
     if not summary["best_candidate_id"]:
         out.print(
             f"run {summary['run_id']} {summary['status']}: no correct kernel found ({summary['message']})"
