@@ -1,0 +1,164 @@
+"""Judging one output against the high-precision reference: tolerance policy, poisoning, comparisons.
+
+Tolerance policy (KernelBench's current defaults): float32/float64 atol = rtol = 1e-4, float16/bfloat16
+1e-2, integers and bools exact; a task's tolerance replaces the policy, and a settings override replaces
+both. Whatever the source, the absolute tolerance is never below twice the error that eager PyTorch, in
+the task's dtype on the same device, makes against the same reference: a candidate is never rejected
+for matching what eager achieves. An element passes when |out - ref| <= atol + rtol * |ref|.
+
+Functions here take torch tensors but never call a unit; they run in the evaluation child.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kernelfoundry.tasks.model import Tolerance
+
+HALF_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
+FLOAT_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)
+EXACT = Tolerance(atol=0.0, rtol=0.0)
+DEGENERATE_STD_RATIO = 1e-3
+
+
+def default_tolerance(dtype: Any) -> Tolerance:
+    import torch
+
+    if dtype in (torch.float16, torch.bfloat16):
+        return HALF_TOLERANCE
+    if dtype.is_floating_point:
+        return FLOAT_TOLERANCE
+    return EXACT
+
+
+def effective_tolerance(
+    dtype: Any, eager_abs_error: float, task: Tolerance | None, override: Tolerance | None
+) -> tuple[Tolerance, str]:
+    """The tolerance to judge by and a phrase saying where it came from."""
+    base, source = default_tolerance(dtype), "dtype policy"
+    if task is not None:
+        base, source = task, "task"
+    if override is not None:
+        base, source = override, "settings"
+    floor = 2.0 * eager_abs_error
+    if floor > base.atol:
+        return Tolerance(atol=floor, rtol=base.rtol), f"{source}, atol raised to 2x eager's own error"
+    return base, source
+
+
+def poison_(tensor: Any) -> None:
+    """Fill with a value a correct unit never leaves behind: NaN for floats, the max value for ints."""
+    import torch
+
+    with torch.no_grad():
+        if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+            tensor.fill_(float("nan"))
+        elif tensor.dtype == torch.bool:
+            tensor.fill_(True)
+        else:
+            tensor.fill_(torch.iinfo(tensor.dtype).max)
+
+
+def unwritten_mask(out: Any, ref: Any) -> Any:
+    """Elements still holding the poison where the reference holds something else."""
+    import torch
+
+    if out.dtype.is_floating_point:
+        return torch.isnan(out) & ~torch.isnan(ref)
+    if out.dtype == torch.bool:
+        return torch.zeros_like(out, dtype=torch.bool)
+    sentinel = torch.iinfo(out.dtype).max
+    return (out == sentinel) & (ref != sentinel)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_abs_error: float
+    max_rel_error: float
+    mismatches: int
+    numel: int
+    worst_index: tuple[int, ...]
+    worst_value: float
+    worst_expected: float
+
+    def describe(self, tolerance: Tolerance) -> str:
+        return (
+            f"{self.mismatches} of {self.numel} elements outside atol={tolerance.atol:.3g}, "
+            f"rtol={tolerance.rtol:.3g}; max abs error {self.max_abs_error:.3g}, worst at index "
+            f"{list(self.worst_index)}: got {self.worst_value:.6g}, expected {self.worst_expected:.6g}"
+        )
+
+
+def compare(out: Any, ref: Any, tolerance: Tolerance) -> Comparison:
+    """Compare `out` (any dtype) with `ref` (high precision) elementwise; NaN matches only NaN."""
+    import torch
+
+    got = out.detach().to(torch.float64)
+    want = ref.detach().to(device=got.device, dtype=torch.float64)
+    diff = (got - want).abs()
+    both_nan = torch.isnan(got) & torch.isnan(want)
+    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    bound = tolerance.atol + tolerance.rtol * want.abs().nan_to_num(0.0)
+    bad = diff > bound
+    numel = diff.numel()
+    if numel == 0:
+        return Comparison(True, 0.0, 0.0, 0, 0, (), 0.0, 0.0)
+    rel = diff / torch.clamp(want.abs().nan_to_num(0.0), min=max(tolerance.atol, 1e-12))
+    excess = diff - bound
+    flat = int(torch.argmax(excess.reshape(-1)).item())
+    index = (
+        tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(diff.shape)))
+        if diff.dim()
+        else ()
+    )
+    return Comparison(
+        ok=not bool(bad.any().item()),
+        max_abs_error=float(diff.max().item()),
+        max_rel_error=float(rel.max().item()),
+        mismatches=int(bad.sum().item()),
+        numel=numel,
+        worst_index=index,
+        worst_value=float(got.reshape(-1)[flat].item()),
+        worst_expected=float(want.reshape(-1)[flat].item()),
+    )
+
+
+def is_degenerate(out: Any, ref: Any) -> bool:
+    """Near-constant output (zeros included) where the reference varies."""
+    import torch
+
+    if out.numel() < 2 or not out.dtype.is_floating_point:
+        return False
+    want = ref.detach().to(torch.float64)
+    got = out.detach().to(torch.float64).nan_to_num(0.0)
+    ref_std = float(want.std().item())
+    if not ref_std > 0.0:
+        return False
+    return float(got.std().item()) <= DEGENERATE_STD_RATIO * ref_std
+
+
+def is_half_precision_level(out: Any, ref: Any, dtype: Any) -> bool:
+    """A float32/float64 result that would pass only at float16/bfloat16 tolerance."""
+    import torch
+
+    if dtype not in (torch.float32, torch.float64):
+        return False
+    return compare(out, ref, HALF_TOLERANCE).ok
+
+
+def bitwise_equal(a: Any, b: Any) -> bool:
+    """Same bytes (NaNs with the same payload compare equal)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return bool(
+        torch.equal(
+            a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+        )
+    )

@@ -1,0 +1,62 @@
+"""Reason codes of a failed evaluation, and the error that carries one out of the evaluation steps.
+
+Users count and filter failures by these codes; they are part of the product's contract (the
+`reason` field of EvaluationReport and of the EvaluationFinished event). Never rename one.
+"""
+
+from __future__ import annotations
+
+# The unit and its call.
+ABI_MISMATCH = "abi_mismatch"
+MISSING_ENTRY_POINT = "missing_entry_point"
+LOAD_ERROR = "load_error"
+KERNEL_ERROR = "kernel_error"
+CRASH = "crash"
+TIMEOUT = "timeout"
+ILLEGAL_ADDRESS = "illegal_address"
+DEVICE_ERROR = "device_error"
+# Correctness.
+WRONG_RESULT = "wrong_result"
+WRONG_SHAPE = "wrong_shape"
+WRONG_DTYPE = "wrong_dtype"
+OUTPUT_NOT_WRITTEN = "output_not_written"
+STALE_OUTPUT = "stale_output"
+CACHED_RESULT = "cached_result"
+INPUT_MODIFIED = "input_modified"
+ASYNC_SIDE_STREAM = "async_side_stream"
+CORRECT_ONLY_FIRST_SEED = "correct_only_first_seed"
+CORRECT_ONLY_FIRST_SHAPE = "correct_only_first_shape"
+DEGENERATE_OUTPUT = "degenerate_output"
+PRECISION_DOWNGRADE = "precision_downgrade"
+# Static checks of the Python glue.
+GLUE_SYNTAX_ERROR = "glue_syntax_error"
+GLUE_MISSING_MODEL_NEW = "glue_missing_model_new"
+GLUE_REFERENCE_FALLBACK = "glue_reference_fallback"
+GLUE_TRY_EXCEPT = "glue_try_except"
+GLUE_TIMER_PATCHING = "glue_timer_patching"
+GLUE_THREADS = "glue_threads"
+GLUE_LAZY_TENSOR = "glue_lazy_tensor"
+GLUE_IO = "glue_io"
+GLUE_DYNAMIC_CODE = "glue_dynamic_code"
+GLUE_NO_KERNEL_LAUNCH = "glue_no_kernel_launch"
+GLUE_ERROR = "glue_error"
+# The task or the request itself.
+REFERENCE_ERROR = "reference_error"
+BAD_REQUEST = "bad_request"
+WORKER_ERROR = "worker_error"
+
+# Failures after which the child process must not serve another evaluation: its device context or
+# its address space may be corrupted.
+RECYCLING_REASONS = frozenset({CRASH, TIMEOUT, ILLEGAL_ADDRESS, DEVICE_ERROR, WORKER_ERROR})
+
+
+class EvaluationFailure(Exception):
+    """Raised inside the evaluation steps; becomes a failed EvaluationReport with this reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"

@@ -1,0 +1,82 @@
+"""The outcome of one evaluation, JSON-able: correctness, errors, timings, speedups, counters.
+
+Pure data. A failed evaluation never carries a speedup (the constructors guarantee it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class ShapeReport:
+    """Timings of one shape variant, in milliseconds (None: not measured)."""
+
+    shape: str
+    runtime_ms: float | None = None
+    runtime_spread_ms: float | None = None
+    baseline_ms: float | None = None
+    compile_baseline_ms: float | None = None
+    speedup: float | None = None
+    speedup_vs_compile: float | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShapeReport:
+        return cls(**{f.name: data.get(f.name) for f in fields(cls) if f.name in data})
+
+
+@dataclass
+class EvaluationReport:
+    """What the executor publishes. `reason` is None exactly when the candidate is correct.
+
+    runtime_ms is the median over timed runs (summed over shapes when a task has several), and
+    runtime_spread_ms the interquartile range (p75 - p25) of the same runs. Counters: trials (correctness
+    calls), timed_runs, warmup_runs, input_sets, kernel_launches.
+    """
+
+    compiled: bool
+    correct: bool
+    reason: str | None = None
+    message: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    precision: str = ""
+    tolerance_atol: float | None = None
+    tolerance_rtol: float | None = None
+    runtime_ms: float | None = None
+    runtime_spread_ms: float | None = None
+    baseline_ms: float | None = None
+    compile_baseline_ms: float | None = None
+    speedup: float | None = None
+    speedup_vs_compile: float | None = None
+    per_shape: list[ShapeReport] = field(default_factory=list)
+    device: str = ""
+    device_name: str = ""
+    failed_trial: dict[str, Any] | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.correct:
+            self.speedup = None
+            self.speedup_vs_compile = None
+            for shape in self.per_shape:
+                shape.speedup = None
+                shape.speedup_vs_compile = None
+
+    @classmethod
+    def failure(cls, reason: str, message: str, *, compiled: bool = True, **extra: Any) -> EvaluationReport:
+        return cls(compiled=compiled, correct=False, reason=reason, message=message, **extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvaluationReport:
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["per_shape"] = [ShapeReport.from_dict(s) for s in data.get("per_shape", [])]
+        return cls(**values)

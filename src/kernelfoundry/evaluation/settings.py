@@ -1,0 +1,76 @@
+"""What an evaluation is asked to do: the request (task, kernel, artifact, device) and its settings.
+
+Pure data, picklable (a request crosses into the worker's child process). Never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.tasks.model import Task, Tolerance
+
+MIN_CORRECTNESS_TRIALS = 5
+MIN_INPUT_SETS = 3
+MIN_CUDA_TIMED_RUNS = 100
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """How hard to check and how long to time.
+
+    `timed_runs=None` means the backend's default (100 on CUDA, 30 on CPU). `cpu_threads=None` means
+    every core the process may use. `measure_torch_compile=None` means on for CUDA, off for CPU (CPU
+    torch.compile needs a C++ compiler and takes tens of seconds). `tolerance` overrides both the
+    task's tolerance and the dtype policy.
+    """
+
+    correctness_trials: int = MIN_CORRECTNESS_TRIALS
+    warmup_runs: int = 5
+    timed_runs: int | None = None
+    input_sets: int = MIN_INPUT_SETS
+    flush_cache: bool = True
+    deadline_s: float = 300.0
+    cpu_threads: int | None = None
+    measure_torch_compile: bool | None = None
+    measure_baselines: bool = True
+    tolerance: Tolerance | None = None
+
+    def __post_init__(self) -> None:
+        if self.correctness_trials < MIN_CORRECTNESS_TRIALS:
+            raise ValueError(f"correctness_trials must be >= {MIN_CORRECTNESS_TRIALS}")
+        if self.input_sets < MIN_INPUT_SETS:
+            raise ValueError(f"input_sets must be >= {MIN_INPUT_SETS}")
+        if self.timed_runs is not None and self.timed_runs < 1:
+            raise ValueError("timed_runs must be >= 1")
+        if self.warmup_runs < 0 or self.deadline_s <= 0:
+            raise ValueError("warmup_runs must be >= 0 and deadline_s > 0")
+
+    def runs_for(self, backend: str) -> int:
+        if self.timed_runs is not None:
+            return self.timed_runs
+        return MIN_CUDA_TIMED_RUNS if backend == "cuda" else 30
+
+    def compile_baseline_for(self, backend: str) -> bool:
+        if self.measure_torch_compile is not None:
+            return self.measure_torch_compile
+        return backend == "cuda"
+
+    def with_deadline(self, deadline_s: float) -> EvaluationSettings:
+        return replace(self, deadline_s=deadline_s)
+
+
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """One candidate to evaluate on one device ("cpu" or "cuda:N")."""
+
+    task: Task
+    kernel: KernelSource
+    artifact: Path
+    device: str = "cpu"
+    settings: EvaluationSettings = field(default_factory=EvaluationSettings)
+
+    @property
+    def backend(self) -> str:
+        return "cuda" if self.device.startswith("cuda") else "cpu"

@@ -1,0 +1,60 @@
+"""Correct CPU units are accepted, timed against eager, and reported with their counters."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from evaluation_fixtures import FAST, FMA_TWO_SHAPES, Units, task
+
+from kernelfoundry.evaluation import EvaluationReport, EvaluationWorker, evaluate_once
+from kernelfoundry.tasks.model import Tolerance
+
+
+def test_good_unit_is_correct_on_every_shape_and_timed(units: Units, worker: EvaluationWorker) -> None:
+    report = worker.evaluate(units.request("good_fma", FMA_TWO_SHAPES))
+    assert report.correct, report.message
+    assert report.reason is None
+    assert [s.shape for s in report.per_shape] == ["n4096", "n10000"]
+    assert report.counters["trials"] >= 5 * 2
+    assert report.counters["timed_runs"] == 5 * 2
+    assert report.counters["input_sets"] == 3 * 2
+    assert report.runtime_ms and report.baseline_ms and report.speedup
+    assert report.speedup == report.baseline_ms / report.runtime_ms
+    assert report.max_abs_error is not None and report.max_abs_error < 1e-4
+    assert "float64 reference, compared in float32" in report.precision
+    assert report.compile_baseline_ms is None  # off by default on CPU
+    assert EvaluationReport.from_dict(report.to_dict()) == report
+
+
+def test_scalars_and_parameters_reach_the_unit(units: Units, worker: EvaluationWorker) -> None:
+    report = worker.evaluate(units.request("good_scale", task("scale")))
+    assert report.correct, report.message
+
+
+def test_reduction_passes_within_eager_tolerance(units: Units, worker: EvaluationWorker) -> None:
+    report = worker.evaluate(units.request("good_row_sum", task("row_sum")))
+    assert report.correct, report.message
+
+
+def test_task_tolerance_loosens_the_judgement(units: Units, worker: EvaluationWorker) -> None:
+    loose = replace(task("fused_mul_add"), tolerance=Tolerance(atol=0.05, rtol=0.05))
+    assert worker.evaluate(units.request("bf16_rounding", loose)).correct
+
+
+def test_settings_tolerance_overrides_the_task(units: Units, worker: EvaluationWorker) -> None:
+    loose = replace(task("fused_mul_add"), tolerance=Tolerance(atol=0.05, rtol=0.05))
+    strict = replace(FAST, tolerance=Tolerance(atol=1e-4, rtol=1e-4))
+    assert (
+        worker.evaluate(units.request("bf16_rounding", loose, settings=strict)).reason
+        == "precision_downgrade"
+    )
+
+
+def test_evaluate_once_uses_a_fresh_process(units: Units) -> None:
+    report = evaluate_once(units.request("good_fma"))
+    assert report.correct, report.message
+
+
+def test_request_for_another_device_is_refused(units: Units, worker: EvaluationWorker) -> None:
+    request = replace(units.request("good_fma"), device="cuda:0")
+    assert worker.evaluate(request).reason == "bad_request"

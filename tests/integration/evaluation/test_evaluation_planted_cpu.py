@@ -1,0 +1,64 @@
+"""Every planted CPU unit is rejected with the reason it announces, by one worker that keeps serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from evaluation_fixtures import CPU_UNITS, FMA, FMA_TWO_SHAPES, Units, expected_reason, with_deadline
+
+from kernelfoundry.evaluation import EvaluationWorker, reasons
+
+PLANTED = sorted(
+    p
+    for p in CPU_UNITS.glob("*.cpp")
+    if expected_reason(p) not in {"ok", "compile_error"} and p.stem != "good_fma"
+)
+
+
+@pytest.mark.parametrize("unit", PLANTED, ids=lambda p: p.stem)
+def test_planted_unit_is_rejected_with_its_reason(unit: Path, units: Units, worker: EvaluationWorker) -> None:
+    expected = expected_reason(unit)
+    the_task = FMA_TWO_SHAPES if expected == reasons.CORRECT_ONLY_FIRST_SHAPE else FMA
+    settings = with_deadline(3.0) if expected == reasons.TIMEOUT else with_deadline(60.0)
+    report = worker.evaluate(units.request(unit.stem, the_task, settings=settings))
+    assert report.reason == expected, report.message
+    assert not report.correct
+    assert report.speedup is None and report.runtime_ms is None
+    assert report.message
+
+
+@pytest.mark.parametrize("bad", ["segfault", "infinite_loop", "returns_error"])
+def test_worker_serves_a_good_kernel_after_a_failure(
+    bad: str, units: Units, worker: EvaluationWorker
+) -> None:
+    first = worker.evaluate(units.request(bad, settings=with_deadline(3.0)))
+    assert not first.correct
+    good = worker.evaluate(units.request("good_fma"))
+    assert good.correct, good.message
+    assert good.speedup is not None
+
+
+def test_crash_names_the_signal_and_replaces_the_process(units: Units, worker: EvaluationWorker) -> None:
+    worker.evaluate(units.request("good_fma"))
+    before = worker.child_pid
+    report = worker.evaluate(units.request("segfault"))
+    assert report.reason == reasons.CRASH
+    assert "SIGSEGV" in report.message
+    worker.evaluate(units.request("good_fma"))
+    assert worker.child_pid != before
+
+
+def test_ordinary_failures_keep_the_same_process(units: Units, worker: EvaluationWorker) -> None:
+    worker.evaluate(units.request("good_fma"))
+    before = worker.child_pid
+    assert worker.evaluate(units.request("wrong_sign")).reason == reasons.WRONG_RESULT
+    assert worker.evaluate(units.request("good_fma")).correct
+    assert worker.child_pid == before
+
+
+def test_failed_trial_is_reported(units: Units, worker: EvaluationWorker) -> None:
+    report = worker.evaluate(units.request("first_shape_only", FMA_TWO_SHAPES))
+    assert report.failed_trial is not None
+    assert report.failed_trial["shape"] == "n10000"
+    assert "n10000" in report.message

@@ -1,0 +1,69 @@
+"""How one trial's outputs are judged and how a mismatch is classified (no unit, no child process)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelfoundry.evaluation import EvaluationFailure, reasons
+from kernelfoundry.evaluation.correctness import TrialHistory, check_trial
+from kernelfoundry.tasks.model import Tolerance
+
+TOL = Tolerance(1e-4, 1e-4)
+
+
+def reference(seed: int = 0) -> torch.Tensor:
+    return torch.randn(256, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def reason_of(history: TrialHistory, seed_index: int, out: torch.Tensor, ref: torch.Tensor) -> str | None:
+    try:
+        check_trial(history, seed_index, [out], [ref.float()], [ref], TOL)
+    except EvaluationFailure as failure:
+        return failure.reason
+    return None
+
+
+def test_exact_result_passes_and_records_errors() -> None:
+    history = TrialHistory(0, "s")
+    ref = reference()
+    assert reason_of(history, 0, ref.float(), ref) is None
+    assert 0 < history.max_abs_error < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda out: out.reshape(16, 16), reasons.WRONG_SHAPE),
+        (lambda out: out.double(), reasons.WRONG_DTYPE),
+        (lambda out: out.index_fill(0, torch.tensor([3]), float("nan")), reasons.OUTPUT_NOT_WRITTEN),
+        (lambda out: torch.zeros_like(out), reasons.DEGENERATE_OUTPUT),
+        (lambda out: out.bfloat16().float(), reasons.PRECISION_DOWNGRADE),
+        (lambda out: out + 1.0, reasons.WRONG_RESULT),
+    ],
+)
+def test_mismatch_is_classified(mutate: object, reason: str) -> None:
+    ref = reference()
+    assert reason_of(TrialHistory(0, "s"), 0, mutate(ref.float()), ref) == reason  # type: ignore[operator]
+
+
+def test_replaying_the_previous_trial_is_stale() -> None:
+    history = TrialHistory(0, "s", previous_reference=[reference(1)], passed_seeds=[0])
+    assert reason_of(history, 1, reference(1).float(), reference(2)) == reasons.STALE_OUTPUT
+
+
+def test_failing_after_the_first_seed_passed() -> None:
+    history = TrialHistory(0, "s", previous_reference=[reference(1)], passed_seeds=[0])
+    assert reason_of(history, 1, reference(2).float() + 1.0, reference(2)) == reasons.CORRECT_ONLY_FIRST_SEED
+
+
+def test_failing_on_the_second_shape_first_seed() -> None:
+    history = TrialHistory(1, "big")
+    assert reason_of(history, 0, reference().float() + 1.0, reference()) == reasons.CORRECT_ONLY_FIRST_SHAPE
+
+
+def test_near_constant_output_is_fine_when_eager_is_near_constant_too() -> None:
+    ref = 1.0 + reference() * 1e-12  # variation below float32 resolution
+    flat = TrialHistory(0, "s", eager_degenerate=[True])
+    assert reason_of(flat, 0, ref.float(), ref) is None
+    assert reason_of(TrialHistory(0, "s"), 0, ref.float(), ref) == reasons.DEGENERATE_OUTPUT
