@@ -161,7 +161,12 @@ def snapshot_record(event: run_pb2.ArchiveUpdated) -> ArchiveSnapshot:
         for c in event.cells
     )
     return ArchiveSnapshot(
-        run_id=event.run_id, iteration=event.iteration, taken_at=datetime.now(UTC), cells=cells
+        run_id=event.run_id,
+        iteration=event.iteration,
+        taken_at=datetime.now(UTC),
+        cells=cells,
+        candidate_id=event.candidate_id,
+        outcome=event.outcome,
     )
 
 
