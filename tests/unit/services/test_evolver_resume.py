@@ -1,0 +1,113 @@
+"""Restoring a run from its lineage rebuilds the same archive, counters and best kernel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from google.protobuf.json_format import MessageToDict
+
+from kernelfoundry.codec import descriptors_to_proto, kernel_to_proto, task_to_proto
+from kernelfoundry.services.evolver.resume import restore_run
+from kernelfoundry.services.evolver.runs import RunCoordinator
+from kernelfoundry.v1 import lineage_pb2
+
+from .test_evolver_runs import TASK, evaluated, generated, kernel, requests, start
+
+
+def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
+    """What the store would answer for run-1, built from the live coordinator's state."""
+    run = runs.runs["run-1"]
+    config = MessageToDict(run.config, preserving_proto_field_name=True)
+    config["task"] = MessageToDict(task_to_proto(TASK), preserving_proto_field_name=True)
+    history = lineage_pb2.GetRunHistoryResponse(
+        run=lineage_pb2.RunRecord(
+            run_id="run-1", task_name=TASK.name, config_json=json.dumps(config), status="running"
+        )
+    )
+    for state in run.candidates.values():
+        info = state.info
+        history.candidates.append(
+            lineage_pb2.CandidateRecord(
+                candidate_id=info.candidate_id,
+                run_id="run-1",
+                parent_ids=[info.parent_id] if info.parent_id else [],
+                iteration=info.generation,
+                source=kernel_to_proto(state.source),
+                analysed=descriptors_to_proto(info.descriptors),
+                mutation=info.operator,
+                island=info.island,
+            )
+        )
+        if state.evaluation is not None:
+            e = state.evaluation
+            history.evaluations.append(
+                lineage_pb2.EvaluationRecord(
+                    candidate_id=e.candidate_id,
+                    run_id="run-1",
+                    hardware=e.hardware,
+                    correct=e.correct,
+                    reason=e.reason,
+                    runtime_ms=e.runtime_ms,
+                    baseline_ms=e.baseline_ms,
+                    speedup=e.speedup,
+                )
+            )
+    return history
+
+
+def test_a_restored_run_has_the_same_archive_counters_and_best(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=4)
+    first, second = requests(out)
+    runs.on_generated(generated(first, kernel(1)))
+    runs.on_generated(generated(second, kernel(2)))
+    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
+    runs.on_evaluated(evaluated(f"{second.request_id}-c0", 0.5, correct=False))
+    live = runs.runs["run-1"]
+
+    restored_runs = RunCoordinator(tmp_path / "restored")
+    restored = restore_run(restored_runs, history_of(runs))
+    assert restored.run_id == "run-1"
+    assert restored.best_id == live.best_id and restored.best_speedup == live.best_speedup
+    assert (restored.correct, restored.failed, restored.generated) == (
+        live.correct,
+        live.failed,
+        live.generated,
+    )
+    assert restored.engine.outcomes.to_dict() == live.engine.outcomes.to_dict()
+    live_cells = sorted((e.cell, e.candidate_id) for e in live.engine.merged_archive().elites())
+    restored_cells = sorted((e.cell, e.candidate_id) for e in restored.engine.merged_archive().elites())
+    assert restored_cells == live_cells
+    # The live run had already asked for generation 2 when it "died"; the restored one asks again.
+    restored_runs.continue_run(restored)
+    assert restored.generation == live.generation
+
+
+def test_a_restored_run_with_nothing_in_flight_moves_on_with_the_same_request_ids(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=4)
+    first, second = requests(out)
+    runs.on_generated(generated(first, kernel(1)))
+    runs.on_generated(generated(second, kernel(2)))
+    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
+    live_next = requests(runs.on_evaluated(evaluated(f"{second.request_id}-c0", 2.0)))
+
+    # The evolver died right after publishing generation 2's requests, before any answer came back.
+    history = history_of(runs)
+    restored_runs = RunCoordinator(tmp_path / "restored")
+    run = restore_run(restored_runs, history)
+    again = requests(restored_runs.continue_run(run))
+    assert [r.request_id for r in again] == [r.request_id for r in live_next]  # the stream de-duplicates them
+
+
+def test_a_restored_run_waits_for_work_in_flight(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=4)
+    first, second = requests(out)
+    runs.on_generated(generated(first, kernel(1)))
+    runs.on_generated(generated(second, kernel(2)))
+    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
+    restored_runs = RunCoordinator(tmp_path / "restored")
+    run = restore_run(restored_runs, history_of(runs))
+    assert restored_runs.continue_run(run) == []
+    assert run.unresolved() == 1
+    moved = requests(restored_runs.on_evaluated(evaluated(f"{second.request_id}-c0", 2.0)))
+    assert len(moved) == 2

@@ -1,0 +1,191 @@
+"""The evolver's run coordinator, driven with events directly (no broker): ids, idempotency, pacing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.codec import descriptors_to_proto, kernel_to_proto, task_to_proto
+from kernelfoundry.domain.descriptors import Descriptors
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.services.evolver.runs import RunCoordinator
+from kernelfoundry.tasks.model import Task, TaskError
+from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2
+
+SOURCE = (
+    "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+)
+TASK = Task(name="relu", reference_source=SOURCE)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def start(tmp_path: Path, iterations: int = 2, population: int = 2, sweeps: bool = False):  # type: ignore[no-untyped-def]
+    runs = RunCoordinator(tmp_path, clock=Clock())
+    config = run_pb2.RunConfig(
+        hardware="cpu.x86_64",
+        generator="heuristic",
+        iterations=iterations,
+        population=population,
+        sweeps=sweeps,
+    )
+    out = runs.start_run("run-1", TASK, task_to_proto(TASK), config, "cpu.x86_64", 1)
+    return runs, out
+
+
+def requests(out):  # type: ignore[no-untyped-def]
+    return [o.message for o in out if o.subject.startswith(subjects.GENERATE_PREFIX)]
+
+
+def kernel(i: int) -> KernelSource:
+    code = f'#include "kf_abi.h"\nKF_DEFINE_ABI_VERSION()\n// variant {i}\n'
+    return KernelSource(language="cpp", code=code)
+
+
+def generated(
+    request: search_pb2.GenerateCandidates, *sources: KernelSource
+) -> search_pb2.CandidatesGenerated:
+    event = search_pb2.CandidatesGenerated(
+        request_id=request.request_id,
+        run_id=request.run_id,
+        generator="heuristic",
+        parent_id=request.parent.candidate_id,
+        mutation=request.mutation,
+        island=request.island,
+        iteration=request.iteration,
+        repair=request.repair,
+    )
+    for source in sources:
+        event.candidates.append(
+            search_pb2.GeneratedCandidate(
+                source=kernel_to_proto(source), strategy=descriptors_to_proto(Descriptors())
+            )
+        )
+    return event
+
+
+def evaluated(candidate_id: str, speedup: float, correct: bool = True) -> evaluation_pb2.EvaluationFinished:
+    return evaluation_pb2.EvaluationFinished(
+        candidate_id=candidate_id,
+        run_id="run-1",
+        hardware="cpu.x86_64",
+        correct=correct,
+        reason="" if correct else "wrong_result",
+        speedup=speedup if correct else 0.0,
+        runtime_ms=1.0 / max(speedup, 1e-3),
+        baseline_ms=1.0,
+    )
+
+
+def compile_requests(out):  # type: ignore[no-untyped-def]
+    return [o for o in out if o.subject.startswith(subjects.COMPILE_PREFIX)]
+
+
+def test_a_run_starts_with_the_submission_event_and_one_request_per_population_slot(tmp_path: Path) -> None:
+    _, out = start(tmp_path, population=3)
+    assert out[0].subject == subjects.RUN_SUBMITTED
+    assert len(requests(out)) == 3
+    assert len({r.request_id for r in requests(out)}) == 3
+
+
+def test_candidates_get_ids_from_their_request_and_go_to_the_compile_subject(tmp_path: Path) -> None:
+    runs, out = start(tmp_path)
+    request = requests(out)[0]
+    emitted = runs.on_generated(generated(request, kernel(1), kernel(2)))
+    compiles = compile_requests(emitted)
+    assert [c.message.candidate_id for c in compiles] == [
+        f"{request.request_id}-c0",
+        f"{request.request_id}-c1",
+    ]
+    assert all(c.subject == "kf.compile.cpu.x86_64" for c in compiles)
+    assert all(c.msg_id == f"compile-{c.message.candidate_id}" for c in compiles)
+
+
+def test_a_redelivered_generation_event_creates_nothing_twice(tmp_path: Path) -> None:
+    runs, out = start(tmp_path)
+    event = generated(requests(out)[0], kernel(1))
+    assert compile_requests(runs.on_generated(event))
+    assert runs.on_generated(event) == []
+
+
+def test_the_same_kernel_is_never_evaluated_twice_in_a_run(tmp_path: Path) -> None:
+    runs, out = start(tmp_path)
+    first, second = requests(out)
+    assert compile_requests(runs.on_generated(generated(first, kernel(1))))
+    assert compile_requests(runs.on_generated(generated(second, kernel(1)))) == []
+
+
+def test_the_next_generation_starts_only_when_every_candidate_is_resolved(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3)
+    first, second = requests(out)
+    runs.on_generated(generated(first, kernel(1)))
+    runs.on_generated(generated(second, kernel(2)))
+    assert requests(runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))) == []
+    nxt = runs.on_evaluated(evaluated(f"{second.request_id}-c0", 2.0))
+    assert len(requests(nxt)) == 2
+    assert all(r.iteration == 2 for r in requests(nxt))
+    assert any(o.subject == subjects.ARCHIVE_UPDATED for o in nxt)
+
+
+def test_a_duplicate_evaluation_is_ignored(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3)
+    first, second = requests(out)
+    runs.on_generated(generated(first, kernel(1)))
+    runs.on_generated(generated(second, kernel(2)))
+    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
+    assert runs.on_evaluated(evaluated(f"{first.request_id}-c0", 9.0)) == []
+    assert runs.runs["run-1"].best_speedup == pytest.approx(1.5)
+
+
+def test_a_compile_failure_resolves_the_candidate_with_no_fitness(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=1, population=1)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, kernel(1)))
+    failed = build_pb2.CandidateCompiled(
+        candidate_id=f"{request.request_id}-c0",
+        run_id="run-1",
+        ok=False,
+        reason="compile_error",
+        log="error: x",
+    )
+    emitted = runs.on_compiled(failed)
+    run = runs.runs["run-1"]
+    assert run.failed == 1 and run.best_speedup == 0.0
+    assert run.engine.outcomes.to_dict() == {"failed:compile_error": 1}
+    assert any(o.subject == subjects.RUN_FINISHED for o in emitted)
+
+
+def test_the_run_finishes_when_its_generations_are_spent_and_writes_the_best_kernel(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=1, population=1)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, kernel(7)))
+    emitted = runs.on_evaluated(evaluated(f"{request.request_id}-c0", 3.0))
+    finished = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
+    assert finished and finished[0].status == run_pb2.RUN_STATUS_COMPLETED
+    best = runs.best_kernel(runs.runs["run-1"])
+    assert best.speedup == pytest.approx(3.0)
+    assert "variant 7" in Path(best.path).read_text()
+
+
+def test_events_of_unknown_runs_are_ignored(tmp_path: Path) -> None:
+    runs, _ = start(tmp_path)
+    stray = evaluated("run-2-g1-r0-c0", 2.0)
+    stray.run_id = "run-2"
+    assert runs.on_evaluated(stray) == []
+
+
+def test_unknown_hardware_has_no_build_target(tmp_path: Path) -> None:
+    runs = RunCoordinator(tmp_path, build_targets={"cuda.l40s": "cuda.sm89"})
+    assert runs.build_target_for("cuda.l40s") == "cuda.sm89"
+    assert runs.build_target_for("cuda.h200") == "cuda.sm90"
+    with pytest.raises(TaskError):
+        runs.build_target_for("tpu.v5")
