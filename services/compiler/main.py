@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
+from kernelfoundry.bus.consumer import decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
-from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.compiler.handlers import CompileHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
@@ -18,24 +18,17 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     handler = CompileHandler(bus, settings.state_dir / "build-cache", metrics)
     consumers = []
     for target in settings.hardware_list:
-        subject = subjects.compile_(target)
-        spec = ConsumerSpec(
-            stream=subjects.WORK_STREAM,
-            durable=f"compiler-{target.replace('.', '-')}",
-            filter_subjects=(subject,),
-            ack_wait_s=settings.ack_wait_s,
-            max_deliver=settings.max_deliver,
-            max_ack_pending=settings.max_ack_pending,
-            heartbeat_s=settings.heartbeat_s,
-        )
         consumers.append(
-            Consumer(
+            make_consumer(
+                settings,
                 bus,
-                spec,
-                decoder_for(build_pb2.CompileCandidate),
-                handler,
-                service=SERVICE,
-                on_result=metrics_callback(metrics, SERVICE),
+                metrics,
+                SERVICE,
+                stream=subjects.WORK_STREAM,
+                durable=f"compiler-{target.replace('.', '-')}",
+                filter_subjects=(subjects.compile_(target),),
+                decode=decoder_for(build_pb2.CompileCandidate),
+                handler=handler,
             )
         )
     return ServiceParts(consumers=consumers)

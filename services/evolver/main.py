@@ -7,11 +7,10 @@ import asyncio
 import grpc
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.bus.consumer import Consumer, ConsumerSpec
 from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
-from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.evolver.api import KernelFoundryApi
 from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
 from kernelfoundry.services.evolver.resume import resume_runs
@@ -28,23 +27,17 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     runs = RunCoordinator(settings.state_dir, build_targets=settings.build_targets_map)
     # Resume before consuming: events for a run must find it restored.
     await bus.publish_all(await resume_runs(runs, bus, settings.store_grpc_address, settings.resume_wait_s))
-    spec = ConsumerSpec(
+    consumer = make_consumer(
+        settings,
+        bus,
+        metrics,
+        SERVICE,
         stream=subjects.EVENTS_STREAM,
         durable="evolver",
         filter_subjects=EVOLVER_EVENTS,
-        ack_wait_s=settings.ack_wait_s,
-        max_deliver=settings.max_deliver,
-        max_ack_pending=settings.max_ack_pending,
-        heartbeat_s=settings.heartbeat_s,
+        decode=decode_event,
+        handler=EventHandler(runs, metrics),
         batch=16,
-    )
-    consumer = Consumer(
-        bus,
-        spec,
-        decode_event,
-        EventHandler(runs, metrics),
-        service=SERVICE,
-        on_result=metrics_callback(metrics, SERVICE),
     )
     server = grpc.aio.server()
     service_pb2_grpc.add_KernelFoundryServiceServicer_to_server(

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
+from kernelfoundry.bus.consumer import decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
-from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.executor.handlers import EvaluateHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
@@ -40,23 +40,17 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     device = device_for(hardware)
     worker = EvaluationWorker(device)
     handler = EvaluateHandler(bus, worker, evaluation_settings(settings, device), metrics)
-    spec = ConsumerSpec(
+    consumer = make_consumer(
+        settings,
+        bus,
+        metrics,
+        SERVICE,
         stream=subjects.WORK_STREAM,
         durable=f"executor-{hardware.replace('.', '-')}",
         filter_subjects=(subjects.execute(hardware),),
-        ack_wait_s=settings.ack_wait_s,
-        max_deliver=settings.max_deliver,
-        max_ack_pending=settings.max_ack_pending,
-        heartbeat_s=settings.heartbeat_s,
-        batch=1,
-    )
-    consumer = Consumer(
-        bus,
-        spec,
-        decoder_for(build_pb2.EvaluateCandidate),
-        handler,
-        service=SERVICE,
-        on_result=metrics_callback(metrics, SERVICE),
+        decode=decoder_for(build_pb2.EvaluateCandidate),
+        handler=handler,
+        batch=1,  # one evaluation at a time per device: fetch again only after acking
     )
 
     async def close() -> None:

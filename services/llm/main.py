@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, decoder_for
+from kernelfoundry.bus.consumer import decoder_for
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.generators.base import Generator
-from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.llm.handlers import GenerateHandler
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import search_pb2
@@ -25,22 +25,16 @@ def make_generator(name: str) -> Generator:
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     generator = make_generator(settings.generator)
-    spec = ConsumerSpec(
+    consumer = make_consumer(
+        settings,
+        bus,
+        metrics,
+        SERVICE,
         stream=subjects.WORK_STREAM,
         durable=f"llm-{settings.generator}",
         filter_subjects=(subjects.generate(settings.generator),),
-        ack_wait_s=settings.ack_wait_s,
-        max_deliver=settings.max_deliver,
-        max_ack_pending=settings.max_ack_pending,
-        heartbeat_s=settings.heartbeat_s,
-    )
-    consumer = Consumer(
-        bus,
-        spec,
-        decoder_for(search_pb2.GenerateCandidates),
-        GenerateHandler(generator, metrics),
-        service=SERVICE,
-        on_result=metrics_callback(metrics, SERVICE),
+        decode=decoder_for(search_pb2.GenerateCandidates),
+        handler=GenerateHandler(generator, metrics),
     )
     return ServiceParts(consumers=[consumer])
 

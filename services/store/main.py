@@ -7,12 +7,11 @@ import asyncio
 import grpc
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.bus.consumer import Consumer, ConsumerSpec
 from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.lineage.connection import open_repository
-from kernelfoundry.service_host import ServiceParts, metrics_callback, run_service
+from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.store.api import LineageApi
 from kernelfoundry.services.store.handlers import StoreHandler
 from kernelfoundry.telemetry.logging import get_logger
@@ -26,23 +25,17 @@ log = get_logger(__name__)
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     repository = await open_repository(settings.resolved_store_uri)
-    spec = ConsumerSpec(
+    consumer = make_consumer(
+        settings,
+        bus,
+        metrics,
+        SERVICE,
         stream=subjects.EVENTS_STREAM,
         durable="store",
         filter_subjects=(f"{subjects.EVENTS_PREFIX}.>",),
-        ack_wait_s=settings.ack_wait_s,
-        max_deliver=settings.max_deliver,
-        max_ack_pending=settings.max_ack_pending,
-        heartbeat_s=settings.heartbeat_s,
+        decode=decode_event,
+        handler=StoreHandler(repository, metrics),
         batch=64,
-    )
-    consumer = Consumer(
-        bus,
-        spec,
-        decode_event,
-        StoreHandler(repository, metrics),
-        service=SERVICE,
-        on_result=metrics_callback(metrics, SERVICE),
     )
     limit = 256 * 1024 * 1024  # run archives travel whole through ExportRun/ImportRun
     server = grpc.aio.server(

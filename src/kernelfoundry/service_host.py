@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelfoundry.bus.consumer import Consumer
+from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, Handler
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.telemetry.endpoint import start_metrics_server
@@ -49,6 +49,33 @@ def metrics_callback(metrics: Metrics, service: str) -> Callable[[str, str, floa
             metrics.dead_letters_total.labels(service=service, reason=outcome.split(":", 1)[1]).inc()
 
     return on_result
+
+
+def make_consumer(
+    settings: Settings,
+    bus: Bus,
+    metrics: Metrics,
+    service: str,
+    *,
+    stream: str,
+    durable: str,
+    filter_subjects: tuple[str, ...],
+    decode: Callable[[str, bytes], Any],
+    handler: Handler[Any],
+    batch: int = 1,
+) -> Consumer[Any]:
+    """A consumer loop with the delivery settings of this deployment and this service's metrics."""
+    spec = ConsumerSpec(
+        stream=stream,
+        durable=durable,
+        filter_subjects=filter_subjects,
+        ack_wait_s=settings.ack_wait_s,
+        max_deliver=settings.max_deliver,
+        max_ack_pending=settings.max_ack_pending,
+        heartbeat_s=settings.heartbeat_s,
+        batch=batch,
+    )
+    return Consumer(bus, spec, decode, handler, service=service, on_result=metrics_callback(metrics, service))
 
 
 async def serve(service: str, settings: Settings, wiring: Wiring, stop: asyncio.Event | None = None) -> None:
