@@ -1,0 +1,419 @@
+"""Suite benchmark: the heuristic proposer alone on every task of tasks/, on one device.
+
+Per task, a fixed budget of candidates: the proposer's seeds, then mutations of the best so far (tunable
+retunes included). Every candidate is built with kernelfoundry.toolchains (in parallel, cached) and
+evaluated either by kernelfoundry.evaluation's EvaluationWorker (`--harness engine`: crash-isolated,
+several input sets, cache flushed) or by the in-process harness below (`--harness internal`: one input
+set, CUDA-event / perf_counter medians, each task in its own child process so a crashing kernel costs
+one task). Eager and torch.compile are timed the same way. The roofline floor of a task is
+max(bytes / bandwidth, flops / peak) with bandwidth from a large device copy and peak from a large
+float32 matmul (TF32 off) measured in the same run; bytes are the task's inputs, parameters and outputs
+(each moved once), flops those torch's FlopCounterMode counts. Prints a table, writes
+<out>/suite_<backend>.json. Imports only stdlib, torch and kernelfoundry's pure modules, so it runs on
+the GPU machine: `PYTHONPATH=src python3 bench/suite_bench.py --backend cuda --out $OUT`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelfoundry.abi import include_dir
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.generators.base import GeneratedCandidate, GenerationRequest, ParentKernel
+from kernelfoundry.generators.heuristic import HeuristicGenerator
+from kernelfoundry.tasks.model import ShapeVariant, Task
+from kernelfoundry.tasks.reference import instantiate, load_reference_module
+from kernelfoundry.toolchains import BuildCache, BuildTarget, build
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = 1e-4
+assert include_dir().is_dir()
+
+
+# -- the in-process harness -------------------------------------------------------------------------
+class _Dev(ctypes.Structure):
+    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
+
+
+class _Dt(ctypes.Structure):
+    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = (
+        ("data", ctypes.c_void_p),
+        ("device", _Dev),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _Dt),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    )
+
+
+def _descriptors(tensors: list[Any], keep: list[Any]) -> Any:
+    descs = []
+    for t in tensors:
+        shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
+        strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
+        keep += [t, shape, strides]
+        dev = _Dev(2 if t.is_cuda else 1, t.device.index or 0)
+        descs.append(_Tensor(t.data_ptr(), dev, t.dim(), _Dt(2, 32, 1), shape, strides, 0))
+    return (_Tensor * max(len(descs), 1))(*descs)
+
+
+def _as_tensor(x: Any, device: str) -> Any:
+    return x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float32, device=device)
+
+
+def _stream(device: str) -> Any:
+    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream) if device == "cuda" else None
+
+
+def internal_runner(source: KernelSource, lib: Path, ref: Any, device: str, expected: Any) -> Any:
+    dll = ctypes.CDLL(str(lib))
+    if source.glue:
+
+        class Launcher:
+            def launch(self, entry: str, ins: list[Any], outs: list[Any]) -> None:
+                keep: list[Any] = []
+                fn = getattr(dll, entry)
+                fn.restype = ctypes.c_int
+                i = _descriptors([_as_tensor(t, device) for t in ins], keep)
+                o = _descriptors(list(outs), keep)
+                rc = fn(i, len(ins), o, len(outs), _stream(device))
+                if rc != 0:
+                    raise RuntimeError(f"kernel_error: {entry} returned {rc}")
+
+        namespace: dict[str, Any] = {"kf": Launcher()}
+        exec(source.glue, namespace)
+        model = namespace["ModelNew"](*ref.init_inputs).to(device).eval()
+        model.load_state_dict(ref.model.state_dict())
+        return lambda: model(*ref.inputs)
+    out = torch.full_like(expected, float("nan"))
+    keep: list[Any] = []
+    args = [*(_as_tensor(x, device) for x in ref.inputs), *ref.model.parameters(), *ref.model.buffers()]
+    ins, outs = _descriptors(args, keep), _descriptors([out], keep)
+    fn = getattr(dll, source.entry_point)
+    fn.restype = ctypes.c_int
+    stream = _stream(device)
+
+    def run() -> Any:
+        rc = fn(ins, len(args), outs, 1, stream)
+        if rc != 0:
+            raise RuntimeError(f"kernel_error: returned {rc}")
+        return out
+
+    run.keep = keep  # type: ignore[attr-defined]
+    return run
+
+
+def timed(fn: Any, device: str, runs: int) -> float:
+    with torch.no_grad():
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(runs):
+            if device == "cuda":
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                torch.cuda.synchronize()
+                times.append(a.elapsed_time(b))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+# -- roofline ---------------------------------------------------------------------------------------
+def machine_limits(device: str) -> dict[str, float]:
+    """Measured copy bandwidth (bytes/s) and float32 matmul peak (flop/s) of this device."""
+    n = (1 << 28) if device == "cuda" else (1 << 25)
+    src = torch.empty(n, dtype=torch.float32, device=device).normal_()
+    dst = torch.empty_like(src)
+    copy_ms = timed(lambda: dst.copy_(src), device, 20)
+    m = 8192 if device == "cuda" else 1024
+    a = torch.randn(m, m, device=device)
+    b = torch.randn(m, m, device=device)
+    mm_ms = timed(lambda: a @ b, device, 10)
+    return {"bandwidth_Bps": 2 * 4 * n / (copy_ms * 1e-3), "peak_flops": 2 * m**3 / (mm_ms * 1e-3)}
+
+
+def task_traffic(ref: Any, expected: Any) -> tuple[float, float]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tensors = [x for x in ref.inputs if isinstance(x, torch.Tensor)]
+    tensors += list(ref.model.parameters()) + list(ref.model.buffers())
+    outs = expected if isinstance(expected, tuple | list) else [expected]
+    moved = sum(t.numel() * t.element_size() for t in [*tensors, *outs])
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        ref.model(*ref.inputs)
+    return float(moved), float(counter.get_total_flops())
+
+
+# -- one task ---------------------------------------------------------------------------------------
+def make_task(path: Path, backend: str) -> Task:
+    source = path.read_text()
+    overrides = load_reference_module(source).__dict__.get("CPU_OVERRIDES", {}) if backend == "cpu" else {}
+    return Task(path.stem, source, shapes=(ShapeVariant("bench", overrides),), targets=(backend,))
+
+
+def build_all(cands: list[GeneratedCandidate], backend: str, cache: BuildCache, jobs: int) -> list[Any]:
+    target = BuildTarget(backend, "x86_64" if backend == "cpu" else "sm90")  # type: ignore[arg-type]
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(lambda c: build(c.source, target, cache), cands))
+
+
+class EngineEvaluator:
+    def __init__(self, device: str, runs: int) -> None:
+        from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
+
+        self.worker = EvaluationWorker(device)
+        self.device = device
+        self.settings = EvaluationSettings(timed_runs=runs, measure_torch_compile=False)
+
+    def __call__(self, task: Task, cand: GeneratedCandidate, artifact: Path) -> dict[str, Any]:
+        from kernelfoundry.evaluation import EvaluationRequest
+
+        rep = self.worker.evaluate(EvaluationRequest(task, cand.source, artifact, self.device, self.settings))
+        return {
+            "correct": rep.correct,
+            "ms": rep.runtime_ms,
+            "eager_ms": rep.baseline_ms,
+            "reason": rep.reason,
+            "message": rep.message[:300],
+        }
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def bench_task(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> dict[str, Any]:
+    backend = args.backend
+    device = "cuda" if backend == "cuda" else "cpu"
+    task = make_task(path, backend)
+    ref = instantiate(task, task.shapes[0], seed=1, device=device)
+    with torch.no_grad():
+        expected = ref.model(*ref.inputs)
+    row: dict[str, Any] = {"task": path.stem, "backend": backend, "harness": args.harness}
+    moved, flops = task_traffic(ref, expected)
+    row["bytes"], row["flops"] = moved, flops
+    row["floor_ms"] = max(moved / limits["bandwidth_Bps"], flops / limits["peak_flops"]) * 1e3
+    row["eager_ms"] = timed(lambda: ref.model(*ref.inputs), device, args.runs)
+    if args.compile:
+        try:
+            compiled = torch.compile(ref.model)
+            row["compile_ms"] = timed(lambda: compiled(*ref.inputs), device, args.runs)
+        except Exception as exc:  # torch.compile may be unavailable for a task or device
+            row["compile_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    gen = HeuristicGenerator()
+    cache = BuildCache(Path(args.cache))
+    seeds = gen.generate_sync(GenerationRequest(f"{path.stem}-seed", task, backend, count=16))
+    if seeds.error:
+        row["error"] = f"{seeds.error}: {seeds.message}"
+        return row
+    engine = EngineEvaluator(device, args.runs) if args.harness == "engine" else None
+    queue = list(seeds.candidates)
+    best: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = []
+    iteration = 0
+    try:
+        while iteration < args.budget and queue:
+            batch = queue[: args.budget - iteration]
+            queue = queue[len(batch) :]
+            builds = build_all(batch, backend, cache, args.jobs)
+            for cand, built in zip(batch, builds, strict=True):
+                entry: dict[str, Any] = {
+                    "iteration": iteration,
+                    "mutation": cand.mutation,
+                    "cell": list(cand.strategy.cell),
+                    "params": dict(cand.source.params),
+                }
+                iteration += 1
+                history.append(entry)
+                if not built.ok:
+                    entry["reason"] = built.reason
+                    entry["log"] = built.log[:500]
+                    continue
+                if engine is not None:
+                    entry.update(engine(task, cand, built.artifact))
+                else:
+                    try:
+                        fn = internal_runner(cand.source, built.artifact, ref, device, expected)
+                        with torch.no_grad():
+                            out = fn()
+                        torch.cuda.synchronize() if device == "cuda" else None
+                        entry["correct"] = bool(torch.allclose(out, expected, atol=TOL, rtol=TOL))
+                        entry["ms"] = timed(fn, device, args.runs) if entry["correct"] else None
+                        if not entry["correct"]:
+                            entry["reason"] = "output_mismatch"
+                            entry["max_abs_error"] = float((out - expected).abs().max())
+                    except RuntimeError as exc:
+                        entry.update(correct=False, reason=str(exc)[:200])
+                if entry.get("correct") and entry.get("ms") and (best is None or entry["ms"] < best["ms"]):
+                    best = {"ms": entry["ms"], "cand": cand, "iteration": entry["iteration"]}
+                    if entry.get("eager_ms"):
+                        best["eager_ms"] = entry["eager_ms"]
+            if not queue and best is not None and iteration < args.budget:
+                parent = ParentKernel(best["cand"].source, best["cand"].strategy, None, best["ms"])
+                more = min(4, args.budget - iteration)
+                request = GenerationRequest(
+                    f"{path.stem}-{iteration}", task, backend, parent=parent, seed=iteration, count=more
+                )
+                res = gen.generate_sync(request)
+                queue = list(res.candidates)
+    finally:
+        if engine is not None:
+            engine.close()
+    row["history"] = history
+    if best is not None:
+        row.update(
+            best_ms=best["ms"], best_iteration=best["iteration"], best_cell=list(best["cand"].strategy.cell)
+        )
+        row["best_mutation"] = best["cand"].mutation
+        row["best_params"] = dict(best["cand"].source.params)
+        if "eager_ms" in best:
+            # the engine times eager itself, the same way as the candidate (cache flushed): compare those
+            row["eager_ms_harness"] = row["eager_ms"]
+            row["eager_ms"] = best["eager_ms"]
+        row["speedup_vs_eager"] = row["eager_ms"] / best["ms"]
+        if "compile_ms" in row:
+            row["speedup_vs_compile"] = row["compile_ms"] / best["ms"]
+        row["floor_fraction"] = row["floor_ms"] / best["ms"]
+    return row
+
+
+def _child(path: str, args: argparse.Namespace, limits: dict[str, float], queue: Any) -> None:
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        queue.put(bench_task(Path(path), args, limits))
+    except Exception as exc:  # reported as the task's error, the suite goes on
+        queue.put(
+            {"task": Path(path).stem, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}"[:400]}
+        )
+
+
+def isolated(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(str(path), args, limits, queue))
+    proc.start()
+    try:
+        row = queue.get(timeout=args.task_timeout)
+    except Exception:
+        row = {
+            "task": path.stem,
+            "backend": args.backend,
+            "error": f"timeout or crash (exit {proc.exitcode})",
+        }
+    proc.join(timeout=10)
+    if proc.is_alive():
+        proc.kill()
+    return row
+
+
+def _fmt(x: Any, spec: str = "9.3f") -> str:
+    return format(x, spec) if isinstance(x, int | float) and not math.isnan(x) else "      n/a"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--tasks", default=str(ROOT / "tasks"))
+    ap.add_argument("--only", nargs="*", default=None, help="task names (file stems) to run")
+    ap.add_argument("--budget", type=int, default=8, help="candidates evaluated per task")
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
+    ap.add_argument("--harness", choices=("engine", "internal"), default="engine")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--jobs", type=int, default=4, help="parallel builds")
+    ap.add_argument("--task-timeout", type=float, default=600.0)
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "kf-suite-build-cache"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = "cuda" if args.backend == "cuda" else "cpu"
+    limits = machine_limits(device)
+    print(
+        f"bandwidth {limits['bandwidth_Bps'] / 1e9:.0f} GB/s,"
+        f" fp32 peak {limits['peak_flops'] / 1e9:.0f} GFLOP/s"
+    )
+    # level 2 first: the suite's targets are about them, and a run cut short keeps them
+    paths = sorted(
+        Path(args.tasks).glob("level*.py"), key=lambda p: (not p.stem.startswith("level2"), p.stem)
+    )
+    if args.only:
+        paths = [p for p in paths if p.stem in args.only]
+    rows: list[dict[str, Any]] = []
+    dest = write_results(args, device, limits, rows)
+    header = (
+        f"{'task':36s} {'eager ms':>9s} {'compile':>9s} {'best ms':>9s} {'xEager':>7s} {'xCompile':>8s}"
+        f" {'floor%':>7s} it"
+    )
+    print(header)
+    for p in paths:
+        row = isolated(p, args, limits) if args.harness == "internal" else bench_task(p, args, limits)
+        rows.append(row)
+        floor = 100 * row["floor_fraction"] if "floor_fraction" in row else float("nan")
+        print(
+            f"{row['task']:36s} {_fmt(row.get('eager_ms'))} {_fmt(row.get('compile_ms'))}"
+            f" {_fmt(row.get('best_ms'))}"
+            f" {_fmt(row.get('speedup_vs_eager'), '7.2f')} {_fmt(row.get('speedup_vs_compile'), '8.2f')}"
+            f" {_fmt(floor, '7.1f')} {row.get('best_iteration', '-')} {row.get('error', '')}",
+            flush=True,
+        )
+        dest = write_results(args, device, limits, rows)
+    print(json.dumps(summarise(rows)))
+    print(f"wrote {dest}", file=sys.stderr)
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    level2 = [
+        r["speedup_vs_eager"] for r in rows if r["task"].startswith("level2") and "speedup_vs_eager" in r
+    ]
+    geomean = math.exp(sum(math.log(s) for s in level2) / len(level2)) if level2 else None
+    return {
+        "geomean_speedup_level2": geomean,
+        "min_speedup": min((r["speedup_vs_eager"] for r in rows if "speedup_vs_eager" in r), default=None),
+        "tasks_correct": sum(1 for r in rows if "best_ms" in r),
+        "tasks": len(rows),
+    }
+
+
+def write_results(args: argparse.Namespace, device: str, limits: dict[str, float], rows: list[dict]) -> Path:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dest = out / f"suite_{args.backend}.json"
+    meta = {
+        "backend": args.backend,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "budget": args.budget,
+        "runs": args.runs,
+        "harness": args.harness,
+    }
+    body = {**meta, "limits": limits, "summary": summarise(rows), "rows": rows}
+    dest.write_text(json.dumps(body, indent=1, default=str))
+    return dest
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,541 @@
+"""CUDA emitter: one .cu unit per candidate, one host entry point per part launching one kernel per step.
+
+Pointwise steps: 2-D grid-stride kernels over rows x inner (blockIdx.y strides rows, so a broadcast
+operand's offset is computed once per row), float4 loads/stores when Variant.vectorize and the inner
+size allows. Reductions over the last dims and rowops: one block per row, block reduction by warp
+shuffles (Variant.reduction "warp"), a shared-memory tree with __syncthreads ("block"), or, for sums,
+row splits combined with atomicAdd ("atomic"). Softmax may use the online formulation (one pass for max
+and sum) and cache the row in shared memory (Variant.cache_rows). Middle-dim reductions: one thread per
+output column. Every launch goes to the given stream. Must never compile or run what it emits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
+from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
+from kernelfoundry.generators.heuristic.expressions import literal
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
+from kernelfoundry.generators.heuristic.prelude import PRELUDE
+from kernelfoundry.generators.heuristic.stepexpr import emit
+from kernelfoundry.generators.heuristic.variant import Variant
+
+CUDA_TUNABLES = (
+    "// @kf.tunable BLOCK in [128, 256, 512, 1024] default 256",
+    "// @kf.tunable ROW_BLOCK in [128, 256, 512, 1024] default 512",
+    "// @kf.tunable PER_THREAD in [1, 2, 4, 8] default 4",
+)
+
+BLOCK_REDUCE = r"""
+template <int OP>
+__device__ __forceinline__ float kf_combine(float a, float b) {
+  if (OP == 0) return a + b;
+  if (OP == 1) return fmaxf(a, b);
+  return fminf(a, b);
+}
+
+/* Warp-shuffle block reduction; every thread gets the result. `scratch` holds 33 floats. */
+template <int OP>
+__device__ float kf_block_reduce_warp(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = kf_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < nwarps ? scratch[lane] : (OP == 0 ? 0.0f : (OP == 1 ? -INFINITY : INFINITY));
+    for (int o = 16; o > 0; o >>= 1) v = kf_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) scratch[32] = v;
+  }
+  __syncthreads();
+  return scratch[32];
+}
+
+/* Shared-memory tree reduction with block barriers only; `scratch` holds blockDim.x floats. */
+template <int OP>
+__device__ float kf_block_reduce_tree(float v, float* scratch) {
+  __syncthreads();
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s)
+      scratch[threadIdx.x] = kf_combine<OP>(scratch[threadIdx.x], scratch[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float r = scratch[0];
+  __syncthreads();
+  return r;
+}
+"""
+
+
+class CudaEmitter:
+    def __init__(self, graph: Graph, variant: Variant) -> None:
+        self.graph = graph
+        self.variant = variant
+        self.kernels: list[str] = []
+        self.counter = 0
+        self._eps = 1e-5
+
+    def unit(self, parts: list[Part], header: list[str]) -> str:
+        bodies: list[str] = []
+        for part in parts:
+            bodies += entry_point(
+                self.graph,
+                part,
+                self.step,
+                lambda name, n: f"kf_alloc(sizeof(float) * (size_t)({n}), st)",
+                lambda name: f"if ({ptr(name)}) cudaFreeAsync({ptr(name)}, st);",
+            )
+            bodies.append("")
+        lines = [*header, self.variant.line(), *CUDA_TUNABLES]
+        for name, default in (("BLOCK", 256), ("ROW_BLOCK", 512), ("PER_THREAD", 4)):
+            lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
+        lines += ["#include <cuda_runtime.h>", PRELUDE, BLOCK_REDUCE]
+        lines += [
+            "static float* kf_alloc(size_t bytes, cudaStream_t st) {",
+            "  void* p = nullptr;",
+            "  return cudaMallocAsync(&p, bytes, st) == cudaSuccess ? (float*)p : nullptr;",
+            "}",
+            "",
+            "KF_DEFINE_ABI_VERSION()",
+            "",
+            *self.kernels,
+        ]
+        text = "\n".join(bodies)
+        text = text.replace(
+            "void* stream) {\n", "void* stream) {\n  cudaStream_t st = (cudaStream_t)stream;\n"
+        )
+        lines.append(text)
+        return "\n".join(lines)
+
+    def step(self, step: Step) -> list[str]:
+        self.counter += 1
+        if step.kind == "pointwise":
+            return self.pointwise(step)
+        if step.kind == "reduction":
+            return self.reduction(step)
+        return self.rowop(step)
+
+    def _launch_check(self) -> list[str]:
+        return ["    if (cudaGetLastError() != cudaSuccess) { rc = KF_ERR_LAUNCH; goto kf_done; }"]
+
+    # -- pointwise ---------------------------------------------------------------------------------
+    def pointwise(self, step: Step) -> list[str]:
+        g = self.graph
+        shape = g.shapes[step.out]
+        leaves = step.prologue_leaves(g)
+        direct = not self.variant.fuse
+        split, modes = split_point(g, leaves, shape)
+        if direct:
+            split, modes = len(shape), dict.fromkeys(leaves, 0)
+        kname = f"kf_step{self.counter}"
+        vec = self.variant.vectorize and not direct
+        params = ["int64_t rows", "int64_t inner", f"float* __restrict__ {ptr(step.out)}"]
+        for k, leaf in enumerate(leaves):
+            params += [f"const float* __restrict__ {ptr(leaf.name)}", f"kf_rowmap m{k}"]
+        pre, loads, loads4 = [], {}, {}
+        for k, leaf in enumerate(leaves):
+            if modes[leaf] == 1:
+                pre.append(
+                    f"    const float* __restrict__ q{k} = {ptr(leaf.name)} + kf_rowmap_off_dev(m{k}, r);"
+                )
+                loads[leaf] = f"q{k}[j]"
+                loads4[leaf] = k
+            else:
+                pre.append(f"    const float b{k} = {ptr(leaf.name)}[kf_rowmap_off_dev(m{k}, r)];")
+                loads[leaf] = f"b{k}"
+        body, result = emit(g, step, Ref(step.root.name), lambda leaf: loads[leaf], indent="      ")
+        k = [f"__global__ void __launch_bounds__(1024) {kname}({', '.join(params)}) {{"]
+        k.append("  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {")
+        k += pre
+        k.append(f"    float* __restrict__ o = {ptr(step.out)} + r * inner;")
+        if vec:
+            k.append("    const int64_t n4 = inner / 4;")
+            aligned = " && ".join(
+                ["((r * inner) % 4 == 0)"] + [f"(((uintptr_t)q{i}) % 16 == 0)" for i in loads4.values()]
+            )
+            k.append(f"    if ({aligned}) {{")
+            k.append("      for (int64_t j4 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j4 < n4;")
+            k.append("           j4 += (int64_t)gridDim.x * blockDim.x) {")
+            for i in loads4.values():
+                k.append(f"        const float4 w{i} = reinterpret_cast<const float4*>(q{i})[j4];")
+            k.append("        float4 res;")
+            for comp in "xyzw":
+                lane_loads = {
+                    leaf: (f"w{loads4[leaf]}.{comp}" if leaf in loads4 else loads[leaf]) for leaf in leaves
+                }
+                b2, r2 = emit(
+                    g, step, Ref(step.root.name), lambda leaf, ll=lane_loads: ll[leaf], indent="        "
+                )
+                k.append("        {")
+                k += b2
+                k.append(f"        res.{comp} = {r2};")
+                k.append("        }")
+            k.append("        reinterpret_cast<float4*>(o)[j4] = res;")
+            k.append("      }")
+            k.append(
+                "      for (int64_t j = n4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < inner;"
+            )
+            k.append("           j += (int64_t)gridDim.x * blockDim.x) {")
+            k += body
+            k.append(f"        o[j] = {result};")
+            k.append("      }")
+            k.append("      continue;")
+            k.append("    }")
+        k.append("    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < inner;")
+        k.append("         j += (int64_t)gridDim.x * blockDim.x) {")
+        k += body
+        k.append(f"      o[j] = {result};")
+        k.append("    }")
+        k.append("  }")
+        k.append("}")
+        self.kernels.append("\n".join(k))
+        out = [f"    const kf_shape S = {shp(step.out)};"]
+        out.append(f"    const int64_t rows = kf_prod(&S, 0, {split}), inner = kf_prod(&S, {split}, S.nd);")
+        args = ["rows", "inner", ptr(step.out)]
+        for i, leaf in enumerate(leaves):
+            out.append(f"    kf_rowmap m{i};")
+            out.append(
+                f"    if (!kf_rowmap_make({_leaf_shape(leaf)}, S, {split}, {modes[leaf]}, &m{i}))"
+                " { rc = KF_ERR_UNSUPPORTED; goto kf_done; }"
+            )
+            args += [ptr(leaf.name), f"m{i}"]
+        per = "4" if vec else "1"
+        out.append(f"    const int64_t step = (int64_t)BLOCK * {per} * PER_THREAD;")
+        out.append("    const int64_t need = (inner + step - 1) / step;")
+        out.append("    const unsigned gx = (unsigned)(need < 65535 ? (need > 0 ? need : 1) : 65535);")
+        out.append("    const unsigned gy = (unsigned)(rows < 65535 ? (rows > 0 ? rows : 1) : 65535);")
+        out.append("    if (rows * inner > 0)")
+        out.append(f"      {kname}<<<dim3(gx, gy), BLOCK, 0, st>>>({', '.join(args)});")
+        return out + self._launch_check()
+
+    # -- rows: loads for full / scalar leaves -------------------------------------------------------
+    def _row_params(self, leaves: list[Leaf], index: str) -> tuple[list[str], list[str], list[str], dict]:
+        params, args, pre, loads = [], [], [], {}
+        for k, leaf in enumerate(leaves):
+            ls = self.graph.shapes[leaf.name]
+            n = 1
+            for d in ls:
+                n *= d
+            params.append(f"const float* __restrict__ {ptr(leaf.name)}")
+            args.append(ptr(leaf.name))
+            if n == 1:
+                pre.append(f"  const float c{k} = {ptr(leaf.name)}[0];")
+                loads[leaf] = f"c{k}"
+            else:
+                loads[leaf] = f"{ptr(leaf.name)}[{index}]"
+        return params, args, pre, loads
+
+    def _reduce_call(self, op_code: int, v: str) -> str:
+        fn = "kf_block_reduce_tree" if self.variant.reduction == "block" else "kf_block_reduce_warp"
+        return f"{fn}<{op_code}>({v}, kf_scratch)"
+
+    def reduction(self, step: Step) -> list[str]:
+        g = self.graph
+        node = step.root
+        src = node.args[0]
+        assert isinstance(src, Ref)
+        d0, d1, _ = reduce_range(node, len(g.shapes[src.name]))
+        op = node.op
+        leaves = step.prologue_leaves(g)
+        kname = f"kf_step{self.counter}"
+        init = {
+            "sum": "0.0f",
+            "mean": "0.0f",
+            "logsumexp": "-INFINITY",
+            "amax": "-INFINITY",
+            "amin": "INFINITY",
+        }[op]
+        code = {"sum": 0, "mean": 0, "logsumexp": 1, "amax": 1, "amin": 2}[op]
+        comb = f"kf_combine<{code}>"
+        atomic = self.variant.reduction == "atomic" and op in ("sum", "mean")
+        # rows kernel (inner == 1)
+        params, args, pre, loads = self._row_params(leaves, "base + j")
+        body, val = emit(g, step, src, lambda leaf: loads[leaf], indent="    ")
+        k = [f"__global__ void {kname}_rows(int64_t outer, int64_t R, int splits, float* __restrict__ out"
+             + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+        k.append("  __shared__ float kf_scratch[1024 + 33];")
+        k += pre
+        k.append("  for (int64_t t = blockIdx.x; t < outer * splits; t += gridDim.x) {")
+        k.append("    const int64_t o = t / splits, part = t % splits;")
+        k.append("    const int64_t per = (R + splits - 1) / splits, lo = part * per;")
+        k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
+        k.append("    const int64_t base = o * R;")
+        k.append(f"    float acc = {init};")
+        k.append("    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {")
+        k += ["  " + b for b in body]
+        k.append(f"      acc = {comb}(acc, {val});")
+        k.append("    }")
+        k.append(f"    acc = {self._reduce_call(code, 'acc')};")
+        if op == "logsumexp":
+            k.append("    float s = 0.0f;")
+            k.append("    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {")
+            k += ["  " + b for b in body]
+            k.append(f"      s += expf({val} - acc);")
+            k.append("    }")
+            k.append(f"    s = {self._reduce_call(0, 's')};")
+            k.append("    acc = acc + logf(s);")
+        scale = " / (float)R" if op == "mean" else ""
+        if atomic:
+            k.append(f"    if (threadIdx.x == 0) atomicAdd(&out[o], acc{scale});")
+        else:
+            k.append(f"    if (threadIdx.x == 0) out[o] = acc{scale};")
+        k.append("  }")
+        k.append("}")
+        # columns kernel (inner > 1): one thread per output element, coalesced across the inner index
+        params2, args2, pre2, loads2 = self._row_params(leaves, "(o * R + j) * inner + i")
+        body2, val2 = emit(g, step, src, lambda leaf: loads2[leaf], indent="    ")
+        k.append(f"__global__ void {kname}_cols(int64_t outer, int64_t R, int64_t inner, int splits,"
+                 " float* __restrict__ out"
+                 + "".join(", " + p for p in params2) + ") {")  # fmt: skip
+        k += pre2
+        k.append(
+            "  for (int64_t tt = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; tt < outer * inner * splits;"
+        )
+        k.append("       tt += (int64_t)gridDim.x * blockDim.x) {")
+        k.append("    const int64_t t = tt % (outer * inner), part = tt / (outer * inner);")
+        k.append("    const int64_t o = t / inner, i = t % inner;")
+        k.append("    const int64_t per = (R + splits - 1) / splits, lo = part * per;")
+        k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
+        k.append(f"    float acc = {init};")
+        k.append("    for (int64_t j = lo; j < hi; ++j) {")
+        k += ["  " + b for b in body2]
+        k.append(f"      acc = {comb}(acc, {val2});")
+        k.append("    }")
+        if op == "logsumexp":
+            k.append("    float s = 0.0f;")
+            k.append("    for (int64_t j = 0; j < R; ++j) {")
+            k += ["  " + b for b in body2]
+            k.append(f"      s += expf({val2} - acc);")
+            k.append("    }")
+            k.append("    acc = acc + logf(s);")
+        if atomic:
+            k.append(f"    atomicAdd(&out[t], acc{scale});")
+        else:
+            k.append(f"    out[t] = acc{scale};")
+        k.append("  }")
+        k.append("}")
+        self.kernels.append("\n".join(k))
+        a = "".join(", " + x for x in args)
+        out = [
+            f"    const kf_shape X = {shp(src.name)};",
+            f"    const int64_t outer = kf_prod(&X, 0, {d0}), R = kf_prod(&X, {d0}, {d1}),"
+            f" inner = kf_prod(&X, {d1}, X.nd);",
+            "    if (inner == 1) {",
+        ]
+        if atomic:
+            out.append(
+                "      const int64_t sp = R / 65536 > 0 ? (R / 65536 < 256 ? R / 65536 : 256) : 1;\n"
+                "      const int splits = (int)(outer >= 1024 ? 1 : sp);"
+            )
+            out.append(f"      cudaMemsetAsync({ptr(step.out)}, 0, sizeof(float) * outer, st);")
+        else:
+            out.append("      const int splits = 1;")
+        out.append("      const int64_t nb = outer * splits < 65535 * 8 ? outer * splits : 65535 * 8;")
+        out.append(
+            f"      if (nb > 0) {kname}_rows<<<(unsigned)nb, ROW_BLOCK, 0, st>>>"
+            f"(outer, R, splits, {ptr(step.out)}{a});"
+        )
+        out.append("    } else {")
+        if atomic:
+            out.append("      const int64_t cols = outer * inner, want = (int64_t)1 << 19;")
+            out.append("      int64_t sp = cols >= want ? 1 : (want + cols - 1) / cols;")
+            out.append("      sp = sp < R / 32 ? sp : (R / 32 > 0 ? R / 32 : 1);")
+            out.append("      const int csplits = (int)sp;")
+            out.append(f"      cudaMemsetAsync({ptr(step.out)}, 0, sizeof(float) * cols, st);")
+        else:
+            out.append("      const int csplits = 1;")
+        out.append("      const int64_t nb = (outer * inner * csplits + BLOCK - 1) / BLOCK;")
+        out.append(
+            f"      if (nb > 0) {kname}_cols<<<(unsigned)(nb < 65535 * 8 ? nb : 65535 * 8), BLOCK, 0, st>>>"
+            f"(outer, R, inner, csplits, {ptr(step.out)}{''.join(', ' + x for x in args2)});"
+        )
+        out.append("    }")
+        return out + self._launch_check()
+
+    # -- rowops --------------------------------------------------------------------------------------
+    def rowop(self, step: Step) -> list[str]:
+        g = self.graph
+        node = step.root
+        src = node.args[0]
+        assert isinstance(src, Ref)
+        xshape = g.shapes[src.name]
+        d0, d1, _ = reduce_range(node, len(xshape))
+        if node.op in ("softmax", "log_softmax") and d1 != len(xshape):
+            raise UnsupportedGraph(f"`{node.name}` normalises dimension {d0}, not the last one")
+        kname = f"kf_step{self.counter}"
+        pro, epi = step.prologue_leaves(g), step.epilogue_leaves(g)
+        leaves = list(dict.fromkeys(pro + epi))
+        params, args, pre, loads = self._row_params(leaves, "base + j")
+        extras = [a for a in node.args[1:] if isinstance(a, Ref)]
+        for e in extras:
+            params.append(f"const float* __restrict__ {ptr(e.name)}")
+            args.append(ptr(e.name))
+        xb, xv = emit(g, step, src, lambda leaf: loads[leaf], indent="        ")
+        self._eps = float(node.attrs.get("eps", 1e-5))
+        value = self._row_value(node, extras)
+        epilogue: list[str] = []
+        result = "y"
+        if step.epilogue:
+            epilogue, result = emit(
+                g, step, Ref(step.out), lambda leaf: loads[leaf], root_var="y", indent="        "
+            )
+        signature = (
+            "(int64_t outer, int64_t R, int64_t G, int64_t C, int64_t HW, float* __restrict__ out"
+            + "".join(", " + p for p in params)
+            + ")"
+        )
+        self.kernels.append(
+            self._row_kernel_global(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
+        )
+        if self.variant.cache_rows:
+            self.kernels.append(
+                self._row_kernel_regs(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
+            )
+        out = [f"    const kf_shape X = {shp(src.name)};"]
+        if node.op == "group_norm":
+            groups = int(node.attrs["num_groups"])
+            out.append(f"    const int64_t G = {groups}, C = X.d[1], HW = kf_prod(&X, 2, X.nd);")
+            out.append("    if (C % G != 0) { rc = KF_ERR_BAD_ARGUMENTS; goto kf_done; }")
+            out.append("    const int64_t outer = X.d[0] * G, R = (C / G) * HW;")
+            out.append("    if (R >= ((int64_t)1 << 31)) { rc = KF_ERR_UNSUPPORTED; goto kf_done; }")
+        else:
+            out.append(
+                f"    const int64_t G = 1, C = 1, HW = 1, outer = kf_prod(&X, 0, {d0}),"
+                f" R = kf_prod(&X, {d0}, X.nd);"
+            )
+        a = f"(outer, R, G, C, HW, {ptr(step.out)}{''.join(', ' + x for x in args)})"
+        out.append("    const unsigned nb = (unsigned)(outer < 65535 * 8 ? outer : 65535 * 8);")
+        out.append("    const int64_t per = (R + ROW_BLOCK - 1) / ROW_BLOCK;")
+        out.append("    if (outer <= 0) {")
+        if self.variant.cache_rows:
+            for pt in (1, 2, 4, 8, 16, 32):
+                out.append(f"    }} else if (per <= {pt}) {{")
+                out.append(f"      {kname}_regs<{pt}><<<nb, ROW_BLOCK, 0, st>>>{a};")
+        out.append("    } else {")
+        out.append(f"      {kname}<<<nb, ROW_BLOCK, 0, st>>>{a};")
+        out.append("    }")
+        return out + self._launch_check()
+
+    def _row_value(self, node: OpNode, extras: list[Ref]) -> str:
+        """The normalised value `y` of element j from `xv` and the row statistics."""
+        if node.op == "softmax":
+            return "kf_exp(xv - m) * inv"
+        if node.op == "log_softmax":
+            return "(xv - m - ls)"
+        value = "((xv - mean) * rstd)"
+        w = ptr(extras[0].name) if node.attrs.get("has_weight") else None
+        b = ptr(extras[1].name) if node.attrs.get("has_bias") and len(extras) > 1 else None
+        # 32-bit division: the host side refuses rows of 2^31 elements or more
+        idx = (
+            "j" if node.op == "layer_norm" else "((o % G) * (C / G) + (int64_t)((uint32_t)j / (uint32_t)HW))"
+        )
+        if w:
+            value = f"({value} * {w}[{idx}])"
+        if b:
+            value = f"({value} + {b}[{idx}])"
+        return value
+
+    def _stats(self, op: str, eps: str, sweep: Callable[[str], list[str]], online: bool) -> list[str]:
+        """Row statistics: m, inv, ls (softmax family) or mean, rstd (norms); `sweep(stmt)` loops over xv."""
+        k: list[str] = []
+        if op in ("softmax", "log_softmax"):
+            k.append("    float m = -INFINITY, s = 0.0f;")
+            if online:
+                k += sweep(
+                    "{ const float nm = fmaxf(m, xv); s = s * kf_exp(m - nm) + kf_exp(xv - nm); m = nm; }"
+                )
+                k.append("    const float bm = " + self._reduce_call(1, "m") + ";")
+                k.append("    s = (m == -INFINITY) ? 0.0f : s * kf_exp(m - bm);")
+                k.append("    s = " + self._reduce_call(0, "s") + ";")
+                k.append("    m = bm;")
+            else:
+                k += sweep("m = fmaxf(m, xv);")
+                k.append("    m = " + self._reduce_call(1, "m") + ";")
+                k += sweep("s += kf_exp(xv - m);")
+                k.append("    s = " + self._reduce_call(0, "s") + ";")
+            k.append("    const float inv = 1.0f / s, ls = logf(s);")
+            k.append("    (void)inv; (void)ls;")
+        else:
+            k.append("    float mean = 0.0f, var = 0.0f;")
+            k += sweep("mean += xv;")
+            k.append("    mean = " + self._reduce_call(0, "mean") + " / (float)R;")
+            k += sweep("var += (xv - mean) * (xv - mean);")
+            k.append("    var = " + self._reduce_call(0, "var") + " / (float)R;")
+            k.append(f"    const float rstd = rsqrtf(var + {eps});")
+        return k
+
+    def _row_kernel_global(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """One block per row, every pass re-reads the row from global memory (L2 catches most of it)."""
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    for (int64_t j = threadIdx.x; j < R; j += blockDim.x) {",
+                *xb,
+                f"        const float xv = {xv};",
+                f"        {stmt}",
+                "    }",
+            ]
+
+        eps = literal(float(self._eps))
+        k = [
+            f"__global__ void __launch_bounds__(1024) {kname}{signature} {{",
+            "  __shared__ float kf_scratch[1024 + 33];",
+        ]
+        k += pre
+        k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        k += self._stats(op, eps, sweep, self.variant.online)
+        k += sweep(
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        k += ["  }", "}"]
+        return "\n".join(k)
+
+    def _row_kernel_regs(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """Rows of up to PT * blockDim.x elements held in registers: one read and one write of DRAM."""
+        neutral = "-INFINITY" if op in ("softmax", "log_softmax") else "0.0f"
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    #pragma unroll",
+                "    for (int i = 0; i < PT; ++i) {",
+                "      const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;",
+                "      if (j < R) {",
+                "        const float xv = xr[i];",
+                f"        {stmt}",
+                "      }",
+                "    }",
+            ]
+
+        eps = literal(float(self._eps))
+        k = ["template <int PT>", f"__global__ void __launch_bounds__(ROW_BLOCK) {kname}_regs{signature} {{"]
+        k.append("  __shared__ float kf_scratch[1024 + 33];")
+        k += pre
+        k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        k.append("    float xr[PT];")
+        k.append("    #pragma unroll")
+        k.append("    for (int i = 0; i < PT; ++i) {")
+        k.append("      const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;")
+        k.append(f"      xr[i] = {neutral};")
+        k.append("      if (j < R) {")
+        k += xb
+        k.append(f"        xr[i] = {xv};")
+        k.append("      }")
+        k.append("    }")
+        k += self._stats(op, eps, sweep, self.variant.online)
+        k += sweep(
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        k += ["  }", "}"]
+        return "\n".join(k)

@@ -1,0 +1,169 @@
+"""The Python glue (`ModelNew`) for graphs whose heavy ops stay in torch.
+
+`ModelNew.__init__` recreates the reference's parameterised modules from their reprs (same attribute
+names, so the evaluator copies the reference's weights by name) and bare parameters/buffers with their
+shapes; `forward` runs heavy and other torch nodes in order and calls each generated part through the
+injected `kf.launch(entry, inputs, outputs)`, preallocating outputs with shapes computed from the
+inputs'. The glue never calls the ops a part replaces, uses no try/except, threads, files or timers.
+Pure string building; torch is only touched to read module types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelfoundry.generators.heuristic.entry import reduce_range
+from kernelfoundry.generators.heuristic.fold import folded_call
+from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.plan import Part
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "matmul": "@", "pow": "**", "floordiv": "//"}
+
+_HELPERS = """
+def _reduced(shape, d0, d1, keepdim):
+    dims = list(shape)
+    return tuple(dims[:d0] + ([1] * (d1 - d0) if keepdim else []) + dims[d1:])
+"""
+
+
+def _modules_to_recreate(graph: Graph) -> list[str]:
+    used: set[str] = set()
+    for v in graph.inputs:
+        if v.kind in ("param", "buffer") and "." in v.qualname:
+            used.add(v.qualname.rsplit(".", 1)[0])
+    for n in graph.nodes:
+        if n.fx_node is not None and n.fx_node.op == "call_module":
+            used.add(n.fx_node.target)
+    leaves = []
+    for q in sorted(used):
+        mod = graph.modules.get(q)
+        if mod is None:
+            continue
+        if any(True for _ in mod.children()):
+            raise UnsupportedGraph(f"module `{q}` has submodules; the glue cannot recreate it")
+        if not type(mod).__module__.startswith("torch.nn"):
+            raise UnsupportedGraph(f"module `{q}` is not a torch.nn module ({type(mod).__name__})")
+        leaves.append(q)
+    return leaves
+
+
+def glue_source(graph: Graph, parts: list[Part]) -> str:
+    lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", _HELPERS, ""]
+    lines += [
+        "class ModelNew(nn.Module):",
+        "    def __init__(self, *init_inputs):",
+        "        super().__init__()",
+    ]
+    recreated = _modules_to_recreate(graph)
+    containers: set[str] = set()
+    for q in recreated:
+        bits = q.split(".")
+        for i in range(1, len(bits)):
+            c = ".".join(bits[:i])
+            if c not in containers:
+                containers.add(c)
+                lines.append(f"        self.{c} = nn.Module()")
+        lines.append(f"        self.{q} = nn.{graph.modules[q]!r}")
+    for v in graph.inputs:
+        owner = v.qualname.rsplit(".", 1)[0] if "." in v.qualname else ""
+        if v.kind == "input" or owner in recreated:
+            continue
+        shape = ", ".join(str(d) for d in v.shape)
+        if v.kind == "param":
+            lines.append(f"        self.{v.qualname} = nn.Parameter(torch.empty({shape}))")
+        else:
+            base, _, leaf = v.qualname.rpartition(".")
+            target = f"self.{base}" if base else "self"
+            lines.append(f"        {target}.register_buffer({leaf!r}, torch.empty({shape}))")
+    placeholders = [v for v in graph.inputs if v.kind == "input"]
+    lines.append("")
+    lines.append(f"    def forward(self, {', '.join(v.name for v in placeholders)}):")
+    expr = {v.name: (v.name if v.kind == "input" else f"self.{v.qualname}") for v in graph.inputs}
+    part_of = {n.name: p for p in parts for n in p.nodes}
+    emitted: set[str] = set()
+    for n in graph.nodes:
+        if n.kind in ("heavy", "other") and "fold" in n.attrs:
+            x = expr[graph.aliases.get(n.fx_node.args[0].name, n.fx_node.args[0].name)]
+            lines.append(f"        {n.name} = {folded_call(graph, n, x)}")
+            expr[n.name] = n.name
+            continue
+        if n.kind in ("heavy", "other"):
+            lines.append(f"        {n.name} = {_torch_call(graph, n.fx_node, expr)}")
+            expr[n.name] = n.name
+            continue
+        part = part_of[n.name]
+        if part.entry_point in emitted:
+            continue
+        emitted.add(part.entry_point)
+        for name in part.outputs:
+            shape = _py_shape(graph, name, expr)
+            lines.append(
+                f"        {name} = torch.empty({shape}, dtype=torch.float32,"
+                f" device={expr[part.inputs[0]]}.device)"
+            )
+        for name in part.outputs:
+            expr[name] = name
+        ins = ", ".join(expr[i] for i in part.inputs)
+        outs = ", ".join(part.outputs)
+        lines.append(f"        kf.launch({part.entry_point!r}, [{ins}], [{outs}])")
+    rets = [expr[o] for o in graph.outputs]
+    lines.append(f"        return {rets[0] if len(rets) == 1 else '(' + ', '.join(rets) + ')'}")
+    return "\n".join(lines) + "\n"
+
+
+def _py_shape(graph: Graph, name: str, expr: dict[str, str]) -> str:
+    if name in expr:
+        return f"tuple({expr[name]}.shape)"
+    node = graph.node(name)
+    assert node is not None
+    if node.kind == "pointwise":
+        shapes = []
+        for a in node.args:
+            if isinstance(a, Ref):
+                s = _py_shape(graph, a.name, expr)
+                shapes.append(f"{s} + (1,) * {a.trail}" if a.trail else s)
+        return shapes[0] if len(shapes) == 1 else f"tuple(torch.broadcast_shapes({', '.join(shapes)}))"
+    src = node.args[0]
+    assert isinstance(src, Ref)
+    s = _py_shape(graph, src.name, expr)
+    if node.kind == "reduction":
+        d0, d1, keep = reduce_range(node, len(graph.shapes[src.name]))
+        return f"_reduced({s}, {d0}, {d1}, {keep})"
+    return s
+
+
+def _torch_call(graph: Graph, fx_node: Any, expr: dict[str, str]) -> str:
+    from torch.fx.node import Node, _get_qualified_name
+
+    def fmt(a: Any) -> str:
+        if isinstance(a, Node):
+            name = graph.aliases.get(a.name, a.name)
+            if a.op == "get_attr":
+                return f"self.{a.target}"
+            return expr[name]
+        if isinstance(a, tuple | list):
+            inner = ", ".join(fmt(x) for x in a)
+            return f"({inner},)" if isinstance(a, tuple) else f"[{inner}]"
+        if isinstance(a, slice):
+            return f"slice({fmt(a.start)}, {fmt(a.stop)}, {fmt(a.step)})"
+        return repr(a)
+
+    args = [fmt(a) for a in fx_node.args]
+    kwargs = [f"{k}={fmt(v)}" for k, v in fx_node.kwargs.items()]
+    if fx_node.op == "call_module":
+        return f"self.{fx_node.target}({', '.join(args + kwargs)})"
+    if fx_node.op == "call_method":
+        return f"{args[0]}.{fx_node.target}({', '.join(args[1:] + kwargs)})"
+    qual = _get_qualified_name(fx_node.target)
+    short = qual.rsplit(".", 1)[-1]
+    if qual.startswith("_operator."):
+        if short in _INFIX and len(args) == 2:
+            return f"({args[0]} {_INFIX[short]} {args[1]})"
+        if short == "getitem":
+            return f"{args[0]}[{args[1]}]"
+        if short == "neg":
+            return f"(-{args[0]})"
+        raise UnsupportedGraph(f"operator `{short}` has no glue form")
+    if qual.startswith("torch._C._nn.") or qual.startswith("torch.nn.functional."):
+        qual = "F." + short
+    return f"{qual}({', '.join(args + kwargs)})"

@@ -1,0 +1,358 @@
+"""Capturing a task's reference as a small dataflow graph the proposer can generate kernels from.
+
+torch.fx traces `Model.forward` symbolically; ShapeProp runs it once on the task's inputs so every node
+carries its shape. Each fx node becomes an `OpNode` with a canonical op name, operands (`Ref` to a graph
+value, or a baked float constant) and attributes; modules are resolved (nn.LayerNorm -> layer_norm with
+its parameters as operands, nn.BatchNorm in inference -> its pointwise formula, ...). Scalars from
+`get_init_inputs` and constants in `forward` are baked as floats.
+
+Must never compile or run a kernel; torch is imported lazily so the module imports without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelfoundry.generators.heuristic.classify import classify_op
+from kernelfoundry.tasks.model import ShapeVariant, Task, TaskError
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A use of a graph value, optionally viewed with `trail` singleton dimensions appended.
+
+    (Batch norm's per-channel statistics of shape (C,) are used as (C, 1, 1) against NCHW.)
+    """
+
+    name: str
+    trail: int = 0
+
+
+Operand = Ref | float
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor entering the graph: a forward input, a parameter or a buffer, with its ABI input index."""
+
+    name: str
+    kind: str  # "input" | "param" | "buffer"
+    index: int
+    shape: Shape
+    qualname: str = ""  # parameter/buffer path in the module ("conv.weight"); forward arg name for inputs
+
+
+@dataclass(frozen=True)
+class OpNode:
+    name: str
+    op: str
+    kind: str  # classify.KINDS
+    args: tuple[Operand, ...]
+    attrs: Mapping[str, Any]
+    shape: Shape
+    fx_node: Any = field(default=None, compare=False, repr=False)  # kept for torch nodes (glue)
+
+
+@dataclass
+class Graph:
+    inputs: list[Value]
+    nodes: list[OpNode]
+    outputs: list[str]
+    shapes: dict[str, Shape]
+    modules: Mapping[str, Any] = field(default_factory=dict)  # qualname -> nn.Module, for glue
+    aliases: Mapping[str, str] = field(default_factory=dict)  # fx names of identity ops -> their value
+
+    def node(self, name: str) -> OpNode | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    def users(self, name: str) -> list[OpNode]:
+        return [n for n in self.nodes if any(isinstance(a, Ref) and a.name == name for a in n.args)]
+
+    @property
+    def has_torch_nodes(self) -> bool:
+        return any(n.kind in ("heavy", "other") for n in self.nodes)
+
+
+class UnsupportedGraph(TaskError):
+    def __init__(self, message: str) -> None:
+        super().__init__("unsupported", message)
+
+
+# Positional signatures used to bind call_function / call_method arguments to names.
+_SIGNATURES: dict[str, tuple[str, ...]] = {
+    "gelu": ("input", "approximate"),
+    "leaky_relu": ("input", "negative_slope"),
+    "elu": ("input", "alpha"),
+    "hardtanh": ("input", "min_val", "max_val"),
+    "softplus": ("input", "beta", "threshold"),
+    "clamp": ("input", "min", "max"),
+    "clip": ("input", "min", "max"),
+    "pow": ("input", "exponent"),
+    "softmax": ("input", "dim"),
+    "log_softmax": ("input", "dim"),
+    "sum": ("input", "dim", "keepdim"),
+    "mean": ("input", "dim", "keepdim"),
+    "amax": ("input", "dim", "keepdim"),
+    "amin": ("input", "dim", "keepdim"),
+    "logsumexp": ("input", "dim", "keepdim"),
+    "layer_norm": ("input", "normalized_shape", "weight", "bias", "eps"),
+    "group_norm": ("input", "num_groups", "weight", "bias", "eps"),
+}
+
+
+def _bind(op: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    names = _SIGNATURES.get(op, ())
+    bound: dict[str, Any] = {}
+    for i, a in enumerate(args):
+        bound[names[i] if i < len(names) else f"arg{i}"] = a
+    bound.update(kwargs)
+    return bound
+
+
+def capture(task: Task, shape: ShapeVariant | None = None, seed: int = 0) -> Graph:
+    """Trace the task's reference and annotate shapes. Raises UnsupportedGraph naming what failed."""
+    import torch
+    from torch import fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    from kernelfoundry.tasks.reference import instantiate
+
+    shape = shape or (task.shapes[0] if task.shapes else ShapeVariant("default"))
+    ref = instantiate(task, shape, seed, "cpu")
+    try:
+        gm = fx.symbolic_trace(ref.model)
+    except Exception as exc:
+        raise UnsupportedGraph(
+            f"torch.fx could not trace the reference: {type(exc).__name__}: {exc}"
+        ) from exc
+    tensor_inputs = [
+        x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float32) for x in ref.inputs
+    ]
+    try:
+        ShapeProp(gm).propagate(*tensor_inputs)
+    except Exception as exc:
+        raise UnsupportedGraph(f"shape propagation failed: {type(exc).__name__}: {exc}") from exc
+    return _lower(gm, tensor_inputs)
+
+
+def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
+    import torch
+
+    modules = dict(gm.named_modules())
+    params = list(gm.named_parameters())
+    buffers = list(gm.named_buffers())
+    values: list[Value] = []
+    shapes: dict[str, Shape] = {}
+    qual_to_name: dict[str, str] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, n in enumerate(placeholders):
+        shp = tuple(inputs[i].shape)
+        values.append(Value(n.name, "input", i, shp, n.target))
+        shapes[n.name] = shp
+    offset = len(placeholders)
+    for j, (q, p) in enumerate(params):
+        name = "p_" + q.replace(".", "_")
+        values.append(Value(name, "param", offset + j, tuple(p.shape), q))
+        shapes[name] = tuple(p.shape)
+        qual_to_name[q] = name
+    offset += len(params)
+    for j, (q, b) in enumerate(buffers):
+        name = "b_" + q.replace(".", "_")
+        values.append(Value(name, "buffer", offset + j, tuple(b.shape), q))
+        shapes[name] = tuple(b.shape)
+        qual_to_name[q] = name
+    for v in values:
+        if v.kind == "input" and inputs[v.index].dtype != torch.float32:
+            raise UnsupportedGraph(
+                f"input `{v.name}` has dtype {inputs[v.index].dtype}; only float32 is supported"
+            )
+
+    nodes: list[OpNode] = []
+    alias: dict[str, str] = {}  # identity ops (dropout in eval, get_attr of a parameter) resolve to a value
+    outputs: list[str] = []
+
+    def ref(a: Any) -> Operand:
+        if isinstance(a, torch.fx.Node):
+            return Ref(alias.get(a.name, a.name))
+        if isinstance(a, bool):
+            return float(a)
+        if isinstance(a, int | float):
+            return float(a)
+        raise UnsupportedGraph(f"operand {a!r} is neither a tensor nor a scalar")
+
+    def add(n: Any, op: str, args: Sequence[Operand], attrs: Mapping[str, Any] | None = None) -> None:
+        meta = n.meta.get("tensor_meta")
+        if meta is None or not hasattr(meta, "shape"):
+            raise UnsupportedGraph(f"node `{n.name}` ({op}) does not produce a single tensor")
+        if meta.dtype != torch.float32:
+            raise UnsupportedGraph(f"node `{n.name}` ({op}) produces {meta.dtype}; only float32 is supported")
+        shp = tuple(meta.shape)
+        kind = classify_op(op)
+        nodes.append(OpNode(n.name, op, kind, tuple(args), dict(attrs or {}), shp, n))
+        shapes[n.name] = shp
+
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "output":
+            result = n.args[0]
+            items = result if isinstance(result, tuple | list) else (result,)
+            for it in items:
+                if not isinstance(it, torch.fx.Node):
+                    raise UnsupportedGraph("the reference returns something other than tensors")
+                outputs.append(alias.get(it.name, it.name))
+            continue
+        if n.op == "get_attr":
+            if n.target in qual_to_name:
+                alias[n.name] = qual_to_name[n.target]
+                continue
+            raise UnsupportedGraph(f"attribute `{n.target}` is neither a parameter nor a buffer")
+        if n.op == "call_module":
+            _lower_module(n, modules[n.target], qual_to_name, ref, add, alias)
+            continue
+        op = n.target if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
+        op = _CANONICAL.get(op, op)
+        bound = _bind(op, n.args, n.kwargs)
+        if op in ("dropout", "contiguous", "clone", "detach") or (op == "to" and n.op == "call_method"):
+            alias[n.name] = alias.get(n.args[0].name, n.args[0].name)
+            continue
+        tensor_args = [a for a in n.args if isinstance(a, torch.fx.Node | int | float)]
+        kind = classify_op(op)
+        if kind == "pointwise":
+            attrs = {k: v for k, v in bound.items() if k != "input" and not k.startswith("arg")}
+            if op in ("add", "sub", "mul", "div", "truediv", "maximum", "minimum", "rsub"):
+                if "alpha" in n.kwargs:
+                    raise UnsupportedGraph(f"`{op}` with alpha is not supported")
+                operands = [ref(a) for a in n.args[:2]]
+                if "other" in n.kwargs:
+                    operands.append(ref(n.kwargs["other"]))
+                add(n, op, operands, {})
+            elif op == "pow":
+                exponent = bound.get("exponent", bound.get("arg1"))
+                if not isinstance(exponent, int | float):
+                    raise UnsupportedGraph("pow with a tensor exponent is not supported")
+                add(n, op, [ref(n.args[0])], {"exponent": float(exponent)})
+            else:
+                add(n, op, [ref(n.args[0])], attrs)
+        elif kind in ("reduction", "rowop"):
+            attrs = {k: v for k, v in bound.items() if k != "input"}
+            extra: list[Operand] = []
+            if op in ("layer_norm", "group_norm"):
+                for key in ("weight", "bias"):
+                    w = attrs.pop(key, None)
+                    attrs["has_" + key] = w is not None
+                    if w is not None:
+                        extra.append(ref(w))
+            add(n, op, [ref(n.args[0]), *extra], attrs)
+        elif kind in ("heavy", "other"):
+            add(n, op, [ref(a) for a in tensor_args if isinstance(a, torch.fx.Node)], {})
+        else:
+            raise UnsupportedGraph(f"operation `{op}` is not supported")
+    return Graph(values, nodes, outputs, shapes, modules, alias)
+
+
+# Aliases that name the same computation.
+_CANONICAL: dict[str, str] = {
+    "truediv": "div",
+    "true_divide": "div",
+    "multiply": "mul",
+    "subtract": "sub",
+    "clip": "clamp",
+    "max_values": "amax",
+    "silu_": "silu",
+    "relu_": "relu",
+    "matmul": "matmul",
+    "mm": "matmul",
+    "__matmul__": "matmul",
+    "negative": "neg",
+    "special_erf": "erf",
+}
+
+
+def _lower_module(
+    n: Any, mod: Any, qual_to_name: dict[str, str], ref: Any, add: Any, alias: dict[str, str]
+) -> None:
+    from torch import nn
+
+    x = ref(n.args[0]) if n.args else None
+    pname = lambda attr: Ref(qual_to_name[f"{n.target}.{attr}"])  # noqa: E731
+    simple = {
+        nn.ReLU: "relu",
+        nn.Tanh: "tanh",
+        nn.Sigmoid: "sigmoid",
+        nn.SiLU: "silu",
+        nn.Mish: "mish",
+        nn.Hardswish: "hardswish",
+        nn.Hardsigmoid: "hardsigmoid",
+        nn.SELU: "selu",
+    }
+    for cls, op in simple.items():
+        if type(mod) is cls:
+            add(n, op, [x])
+            return
+    if isinstance(mod, nn.Dropout | nn.Identity):
+        alias[n.name] = x.name
+    elif isinstance(mod, nn.GELU):
+        add(n, "gelu", [x], {"approximate": mod.approximate})
+    elif isinstance(mod, nn.LeakyReLU):
+        add(n, "leaky_relu", [x], {"negative_slope": mod.negative_slope})
+    elif isinstance(mod, nn.ELU):
+        add(n, "elu", [x], {"alpha": mod.alpha})
+    elif isinstance(mod, nn.Hardtanh):
+        add(n, "hardtanh", [x], {"min_val": mod.min_val, "max_val": mod.max_val})
+    elif isinstance(mod, nn.Softplus):
+        add(n, "softplus", [x], {"beta": mod.beta, "threshold": mod.threshold})
+    elif isinstance(mod, nn.Softmax | nn.LogSoftmax):
+        add(n, "softmax" if isinstance(mod, nn.Softmax) else "log_softmax", [x], {"dim": mod.dim})
+    elif isinstance(mod, nn.LayerNorm):
+        extra = [pname("weight"), pname("bias")] if mod.elementwise_affine and mod.bias is not None else []
+        if mod.elementwise_affine and mod.bias is None:
+            extra = [pname("weight")]
+        attrs = {
+            "normalized_shape": tuple(mod.normalized_shape),
+            "eps": mod.eps,
+            "has_weight": mod.elementwise_affine,
+            "has_bias": mod.elementwise_affine and mod.bias is not None,
+        }
+        add(n, "layer_norm", [x, *extra], attrs)
+    elif isinstance(mod, nn.GroupNorm):
+        extra = [pname("weight"), pname("bias")] if mod.affine else []
+        attrs = {
+            "num_groups": mod.num_groups,
+            "eps": mod.eps,
+            "has_weight": mod.affine,
+            "has_bias": mod.affine,
+        }
+        add(n, "group_norm", [x, *extra], attrs)
+    elif isinstance(mod, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d) and not mod.training:
+        _lower_batch_norm(n, mod, qual_to_name, x, add)
+    elif isinstance(
+        mod, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose2d | nn.ConvTranspose3d
+    ):
+        add(n, "module", [x], {"module": n.target})
+    else:
+        add(n, "module", [ref(a) for a in n.args], {"module": n.target, "other": True})
+
+
+def _lower_batch_norm(n: Any, mod: Any, qual_to_name: dict[str, str], x: Ref, add: Any) -> None:
+    """Inference batch norm is pointwise: (x - mean) * rsqrt(var + eps) * weight + bias, per channel."""
+    import torch
+
+    if mod.running_mean is None:
+        raise UnsupportedGraph(f"batch norm `{n.target}` tracks no running statistics")
+    ndim = len(n.meta["tensor_meta"].shape)
+    q = lambda attr: Ref(qual_to_name[f"{n.target}.{attr}"], ndim - 2)  # noqa: E731
+    args: list[Operand] = [x, q("running_mean"), q("running_var")]
+    if mod.affine:
+        args += [q("weight"), q("bias")]
+    meta = n.meta["tensor_meta"]
+    if meta.dtype != torch.float32:
+        raise UnsupportedGraph(f"batch norm `{n.target}` output is {meta.dtype}")
+    add(n, "batch_norm", args, {"eps": mod.eps, "affine": mod.affine})

@@ -1,0 +1,204 @@
+"""Planning a graph part into kernel steps: where values are materialised and what is fused.
+
+A *part* is a maximal run of generated (pointwise / reduction / rowop) nodes between torch nodes; it
+becomes one entry point. A *step* is one parallel loop nest (one CUDA kernel) inside the entry point: a
+pointwise step evaluates a fused expression per output element, a reduction step reduces a (possibly
+fused) prologue expression, a rowop step normalises rows and may evaluate a fused epilogue while
+writing. `fuse=False` gives the direct translation: one step per op, every intermediate materialised.
+
+Pure: no torch, no code emission.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, Shape
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A tensor a step reads: an entry-point input or a materialised intermediate."""
+
+    name: str
+    trail: int = 0
+
+
+@dataclass
+class Step:
+    kind: str  # "pointwise" | "reduction" | "rowop"
+    out: str  # the value the step writes
+    root: OpNode  # the reduction / rowop node, or the final pointwise node
+    inlined: set[str] = field(default_factory=set)  # pointwise nodes evaluated in registers
+    epilogue: bool = False  # rowop whose pointwise consumers are evaluated while writing `out`
+
+    def leaves(self, graph: Graph) -> list[Leaf]:
+        """Tensors the step loads, in first-use order: prologue (root input), root extras, epilogue."""
+        found = self.prologue_leaves(graph)
+        for a in self.root.args[1:] if self.kind != "pointwise" else ():
+            if isinstance(a, Ref):
+                found.append(Leaf(a.name, a.trail))
+        return list(dict.fromkeys(found + self.epilogue_leaves(graph)))
+
+    def prologue_leaves(self, graph: Graph) -> list[Leaf]:
+        if self.kind == "pointwise":
+            return self._visit(graph, Ref(self.root.name))
+        src = self.root.args[0]
+        return self._visit(graph, src) if isinstance(src, Ref) else []
+
+    def epilogue_leaves(self, graph: Graph) -> list[Leaf]:
+        return self._visit(graph, Ref(self.out)) if self.epilogue else []
+
+    def _visit(self, graph: Graph, start: Ref) -> list[Leaf]:
+        seen: dict[Leaf, None] = {}
+
+        def visit(name: str, trail: int) -> None:
+            if name in self.inlined:
+                node = graph.node(name)
+                assert node is not None
+                for a in node.args:
+                    if isinstance(a, Ref):
+                        visit(a.name, a.trail)
+            elif not (self.epilogue and name == self.root.name):
+                seen.setdefault(Leaf(name, trail), None)
+
+        visit(start.name, start.trail)
+        return list(seen)
+
+
+@dataclass
+class Part:
+    entry_point: str
+    nodes: list[OpNode]
+    inputs: list[str]  # values read from outside the part, in entry-point input order
+    outputs: list[str]  # values the part writes for later use or as graph outputs
+    steps: list[Step]
+
+
+def partition(graph: Graph, fuse: bool, single_entry: str = "kf_forward") -> list[Part]:
+    """Split the graph's generated nodes into parts; without torch nodes there is one part, the ABI entry."""
+    parts: list[list[OpNode]] = []
+    current: list[OpNode] = []
+    for n in graph.nodes:
+        if n.kind in ("heavy", "other"):
+            if current:
+                parts.append(current)
+                current = []
+        else:
+            current.append(n)
+    if current:
+        parts.append(current)
+    result: list[Part] = []
+    no_torch = not graph.has_torch_nodes
+    for i, nodes in enumerate(parts):
+        names = {n.name for n in nodes}
+        inputs: dict[str, None] = {}
+        for n in nodes:
+            for a in n.args:
+                if isinstance(a, Ref) and a.name not in names:
+                    inputs.setdefault(a.name, None)
+        later_users = {
+            a.name for n in graph.nodes if n.name not in names for a in n.args if isinstance(a, Ref)
+        }
+        outputs = [n.name for n in nodes if n.name in later_users or n.name in graph.outputs]
+        if no_torch:
+            input_names = [v.name for v in graph.inputs]
+            outputs = list(graph.outputs)
+        else:
+            input_names = list(inputs)
+        entry = single_entry if no_torch else f"kf_part{i}"
+        part = Part(entry, nodes, input_names, outputs, [])
+        part.steps = plan_steps(graph, part, fuse)
+        result.append(part)
+    return result
+
+
+def _numel(shape: Shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _full_or_scalar(graph: Graph, leaf: Leaf, shape: Shape) -> bool:
+    s = graph.shapes[leaf.name]
+    return _numel(s) == 1 or (leaf.trail == 0 and tuple(s) == tuple(shape))
+
+
+def _cone(graph: Graph, root: str, materialised: set[str], part_names: set[str]) -> set[str]:
+    """Pointwise nodes evaluated in registers to produce `root`, stopping at materialised values."""
+    cone: set[str] = set()
+    stack = [root]
+    while stack:
+        name = stack.pop()
+        node = graph.node(name)
+        if name in cone or node is None or name not in part_names or node.kind != "pointwise":
+            continue
+        if name in materialised and name != root:
+            continue
+        cone.add(name)
+        stack.extend(a.name for a in node.args if isinstance(a, Ref))
+    return cone
+
+
+def plan_steps(graph: Graph, part: Part, fuse: bool) -> list[Step]:
+    names = {n.name for n in part.nodes}
+    mat: set[str] = set(part.outputs)
+    if not fuse:
+        return [Step(n.kind, n.name, n, {n.name} if n.kind == "pointwise" else set()) for n in part.nodes]
+    heavy_steps = [n for n in part.nodes if n.kind in ("reduction", "rowop")]
+    mat.update(n.name for n in heavy_steps)
+    # Prologue fusion: a reduction / rowop reads its pointwise input cone in registers when every
+    # tensor that cone loads is the input's full shape or a scalar; otherwise the input is materialised.
+    for r in heavy_steps:
+        src = r.args[0]
+        if not isinstance(src, Ref) or src.name not in names:
+            continue
+        cone = _cone(graph, src.name, mat - {src.name}, names)
+        probe = Step(r.kind, r.name, r, cone)
+        if not all(
+            _full_or_scalar(graph, leaf, graph.shapes[src.name]) for leaf in probe.prologue_leaves(graph)
+        ):
+            mat.add(src.name)
+    # Epilogue fusion: a rowop whose value flows only through same-shape pointwise nodes into one sink.
+    epilogue_of: dict[str, str] = {}
+    for r in (n for n in heavy_steps if n.kind == "rowop"):
+        sink = r.name
+        while True:
+            users = graph.users(sink)
+            if len(users) != 1 or users[0].kind != "pointwise" or users[0].name not in names:
+                break
+            if users[0].shape != r.shape or (sink != r.name and sink in mat):
+                break
+            sink = users[0].name
+        if sink == r.name or r.name in part.outputs:
+            continue
+        cone = _cone(graph, sink, (mat - {r.name}) | {r.name}, names)
+        if any(u.name not in cone for u in graph.users(r.name)):
+            continue
+        probe = Step("rowop", sink, r, cone, epilogue=True)
+        if all(_full_or_scalar(graph, leaf, r.shape) for leaf in probe.epilogue_leaves(graph)):
+            mat.discard(r.name)
+            mat.add(sink)
+            epilogue_of[sink] = r.name
+    steps: list[Step] = []
+    fused_sinks = set(epilogue_of)
+    for n in part.nodes:
+        if n.name in fused_sinks:
+            continue
+        if n.kind in ("reduction", "rowop") and n.name not in mat:
+            sink = next(s for s, r in epilogue_of.items() if r == n.name)
+            cone = _cone(graph, sink, mat | {n.name}, names)
+            src = n.args[0]
+            if isinstance(src, Ref) and src.name not in mat:
+                cone |= _cone(graph, src.name, mat, names)
+            steps.append(Step("rowop", sink, n, cone, epilogue=True))
+        elif n.kind in ("reduction", "rowop"):
+            src = n.args[0]
+            cone = set()
+            if isinstance(src, Ref) and src.name not in mat:
+                cone = _cone(graph, src.name, mat, names)
+            steps.append(Step(n.kind, n.name, n, cone))
+        elif n.name in mat:
+            steps.append(Step("pointwise", n.name, n, _cone(graph, n.name, mat, names)))
+    return steps

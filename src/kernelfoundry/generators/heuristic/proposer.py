@@ -1,0 +1,198 @@
+"""The built-in heuristic proposer: the generator that always works, with no model behind it.
+
+Seeds (no parent): the direct translation and the fused variant(s) of the reference graph. Mutations
+(a parent written by this proposer carries its Variant): "fusion" toggles the fusion boundary,
+"reduction" moves to the next reduction strategy, "tiling" toggles shared-memory row caching (CUDA) /
+changes INNER_TILE (CPU), "vectorize" toggles SIMD/float4, "parallel" changes the parallel decomposition,
+"retune" draws new tunable values. A parent with compile/mismatch feedback is repaired by falling back to
+the most conservative variant. `hints` and `proposal_weights` steer which mutation is applied when the
+request names none. Deterministic for a given request seed. Never compiles or evaluates.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.generators.base import (
+    MUTATIONS,
+    GeneratedCandidate,
+    GenerationRequest,
+    GenerationResult,
+    GenerationUsage,
+)
+from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
+from kernelfoundry.generators.heuristic.fold import fold_affine_tails
+from kernelfoundry.generators.heuristic.graph import Graph, capture
+from kernelfoundry.generators.heuristic.variant import Variant, parse_variant
+from kernelfoundry.tasks.model import Task, TaskError
+
+NAME = "heuristic"
+_REDUCTIONS = ("block", "warp", "atomic")
+
+
+def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
+    """The archive seeds: direct translation first, then the fused variants worth trying."""
+    has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
+    has_rowop = any(n.kind == "rowop" for n in graph.nodes)
+    has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
+    has_sum = any(n.op in ("sum", "mean") for n in graph.nodes)
+    seeds = [
+        (
+            Variant(fuse=False, vectorize=False),
+            "direct translation: one loop per op, intermediates materialised",
+        ),
+        (Variant(), "fused: one pass per materialised value, vectorised, broadcast-aware"),
+    ]
+    if fold_affine_tails(graph)[1]:
+        seeds.append(
+            (Variant(fold=True), "per-channel affine tail folded into the heavy op's weights, rest fused")
+        )
+    if backend == "cuda" and has_rowop:
+        seeds.append(
+            (
+                Variant(cache_rows=True, online=has_softmax),
+                "fused, rows held in registers: one read, one write",
+            )
+        )
+    if backend == "cuda" and has_softmax:
+        seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
+    if backend == "cuda" and has_rows:
+        seeds.append((Variant(reduction="block"), "fused, block (shared-memory tree) reductions"))
+    if backend == "cuda" and has_sum:
+        seeds.append((Variant(reduction="atomic"), "fused, row splits combined with atomics"))
+    return seeds
+
+
+def mutate(variant: Variant, mutation: str, backend: str, rng: random.Random) -> tuple[Variant, str]:
+    match mutation:
+        case "fusion":
+            return variant.with_(fuse=not variant.fuse), (
+                "moved the fusion boundary: "
+                + ("fused the chain" if not variant.fuse else "materialised every op")
+            )
+        case "reduction":
+            if backend == "cpu":
+                return variant.with_(online=not variant.online), "changed the reduction formulation"
+            nxt = _REDUCTIONS[(_REDUCTIONS.index(variant.reduction) + 1) % len(_REDUCTIONS)]
+            return variant.with_(
+                reduction=nxt, online=not variant.online if nxt == "block" else variant.online
+            ), (f"reduction strategy {variant.reduction} -> {nxt}")
+        case "tiling":
+            return variant.with_(cache_rows=not variant.cache_rows), "toggled caching rows in on-chip memory"
+        case "vectorize":
+            return variant.with_(vectorize=not variant.vectorize), "toggled vectorised access"
+        case "parallel":
+            return variant.with_(par_rows=not variant.par_rows), "changed the parallel decomposition"
+    return variant, "new tunable values"
+
+
+def retune(source: KernelSource, rng: random.Random) -> KernelSource:
+    params = {t.name: rng.choice(t.values) for t in source.tunables}
+    return KernelSource(
+        source.language, source.code, source.entry_point, source.glue, source.tunables, params
+    )
+
+
+def _pick_mutation(request: GenerationRequest, rng: random.Random) -> str:
+    if request.mutation:
+        return request.mutation
+    weights = {m: 1.0 for m in MUTATIONS}
+    for m, w in request.proposal_weights.items():
+        if m in weights:
+            weights[m] = max(0.0, float(w))
+    text = " ".join(request.hints).lower() + " " + " ".join(request.guidance.values()).lower()
+    for m in MUTATIONS:
+        if m in text or (m == "vectorize" and "vector" in text) or (m == "fusion" and "fuse" in text):
+            weights[m] += 2.0
+    total = sum(weights.values())
+    if total <= 0:
+        return "retune"
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
+
+
+class HeuristicGenerator:
+    """Generator implementation; `generate` is async for the interface, the work is synchronous."""
+
+    name = NAME
+
+    def __init__(self) -> None:
+        self._graphs: dict[tuple[str, str], Graph] = {}
+
+    def graph(self, task: Task) -> Graph:
+        key = (task.name, task.reference_source)
+        if key not in self._graphs:
+            self._graphs[key] = capture(task)
+        return self._graphs[key]
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        return self.generate_sync(request)
+
+    def generate_sync(self, request: GenerationRequest) -> GenerationResult:
+        try:
+            graph = self.graph(request.task)
+            candidates = list(self._propose(graph, request))
+        except TaskError as exc:
+            return GenerationResult((), GenerationUsage(), NAME, error=exc.reason, message=exc.message)
+        return GenerationResult(tuple(candidates[: request.count]), GenerationUsage(), NAME)
+
+    def _propose(self, graph: Graph, request: GenerationRequest) -> Iterable[GeneratedCandidate]:
+        rng = random.Random(f"{request.request_id}:{request.seed}")
+        backend = request.backend
+        task = request.task.name
+        if request.parent is None:
+            for variant, why in seed_variants(graph, backend):
+                src = generate_source(graph, task, backend, variant)
+                yield GeneratedCandidate(src, descriptors_for(graph, backend, variant), "seed", why)
+            return
+        parent_variant = parse_variant(request.parent.source.code) or Variant()
+        if request.repair or request.parent.feedback:
+            # The conservative fallback: unvectorised, block reductions, no row caching.
+            safe = Variant(fuse=parent_variant.fuse, vectorize=False, reduction="block")
+            src = generate_source(graph, task, backend, safe)
+            reason = request.parent.feedback.strip().splitlines()[0] if request.parent.feedback else "repair"
+            yield GeneratedCandidate(
+                src, descriptors_for(graph, backend, safe), "repair", f"repair after: {reason}"
+            )
+            return
+        for _ in range(request.count):
+            mutation = _pick_mutation(request, rng)
+            if backend == "cpu" and mutation in ("reduction", "tiling"):
+                # On the CPU both mean the column tile of middle-dimension reductions.
+                tiles = [
+                    v for t in request.parent.source.tunables if t.name == "INNER_TILE" for v in t.values
+                ]
+                current = request.parent.source.params.get("INNER_TILE")
+                choices = [v for v in tiles if v != current] or tiles
+                params = (
+                    {**request.parent.source.params, "INNER_TILE": rng.choice(choices)} if choices else {}
+                )
+                src = KernelSource(
+                    request.parent.source.language,
+                    request.parent.source.code,
+                    request.parent.source.entry_point,
+                    request.parent.source.glue,
+                    request.parent.source.tunables,
+                    params,
+                )
+                yield GeneratedCandidate(
+                    src, descriptors_for(graph, backend, parent_variant), mutation, f"reduction tile {params}"
+                )
+                continue
+            if mutation == "retune":
+                src = retune(request.parent.source, rng)
+                yield GeneratedCandidate(
+                    src,
+                    descriptors_for(graph, backend, parent_variant),
+                    mutation,
+                    f"retuned {dict(src.params)}",
+                )
+                continue
+            variant, why = mutate(parent_variant, mutation, backend, rng)
+            src = generate_source(graph, task, backend, variant)
+            if request.parent.source.params:
+                known = {t.name for t in src.tunables}
+                kept = {k: v for k, v in request.parent.source.params.items() if k in known}
+                src = KernelSource(src.language, src.code, src.entry_point, src.glue, src.tunables, kept)
+            yield GeneratedCandidate(src, descriptors_for(graph, backend, variant), mutation, why)

@@ -1,0 +1,44 @@
+"""A variant: the strategy choices one generated unit embodies, recorded in its source.
+
+The emitters read a Variant; the mutation operators change one; the unit carries it as a
+`// @kf.variant {...}` line so a later mutation of that unit (as a parent) knows where it stands.
+Pure data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, fields, replace
+
+_LINE = re.compile(r"^// @kf\.variant (\{.*\})$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Variant:
+    fuse: bool = True  # fused steps (False: direct translation, one loop per op)
+    vectorize: bool = True  # CPU: `omp simd` + vectorisable math; CUDA: float4 loads/stores
+    reduction: str = "warp"  # CUDA reductions: "block" (shared-memory tree), "warp" (shuffles), "atomic"
+    online: bool = False  # softmax / log-softmax: one pass for max and sum (rescaled running sum)
+    cache_rows: bool = False  # CUDA rowops: keep the row in shared memory between passes (tiling)
+    par_rows: bool = False  # CPU pointwise: parallelise over rows only (else rows x chunks)
+    fold: bool = False  # fold per-channel affine tails into the heavy op's weights (glue)
+
+    def line(self) -> str:
+        return "// @kf.variant " + json.dumps(asdict(self), sort_keys=True)
+
+    def with_(self, **changes: object) -> Variant:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def parse_variant(code: str) -> Variant | None:
+    """The variant a generated unit declares, or None for a unit the proposer did not write."""
+    m = _LINE.search(code)
+    if not m:
+        return None
+    try:
+        data = json.loads(m.group(1))
+    except json.JSONDecodeError:
+        return None
+    known = {f.name for f in fields(Variant)}
+    return Variant(**{k: v for k, v in data.items() if k in known})

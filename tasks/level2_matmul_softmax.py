@@ -1,0 +1,28 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Linear layer followed by a softmax over the features."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        x = self.linear(x)
+        return torch.softmax(x, dim=1)
+
+
+batch_size = 8192
+in_features = 1024
+out_features = 8192
+CPU_OVERRIDES = {"batch_size": 512, "in_features": 256, "out_features": 2048}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]

@@ -1,0 +1,83 @@
+"""A small native harness for the proposer's tests: build a unit with g++/nvcc and call it via ctypes.
+
+Mirrors the ABI (kf_abi.h): kf_tensor is DLPack's DLTensor. Kept here so the proposer's tests do not
+depend on the evaluation service.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kernelfoundry.abi import include_dir
+from kernelfoundry.domain.kernel import KernelSource
+
+
+class _Dev(ctypes.Structure):
+    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
+
+
+class _Dt(ctypes.Structure):
+    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
+
+
+class KfTensor(ctypes.Structure):
+    _fields_ = (
+        ("data", ctypes.c_void_p),
+        ("device", _Dev),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _Dt),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    )
+
+
+def build_unit(source: KernelSource, out_dir: Path, params: Mapping[str, Any] | None = None) -> Path:
+    defines = dict(source.defines())
+    defines.update(params or {})
+    flags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
+    suffix = ".cpp" if source.language == "cpp" else ".cu"
+    src = Path(tempfile.mkstemp(suffix=suffix, dir=out_dir)[1])
+    src.write_text(source.code)
+    lib = src.with_suffix(".so")
+    if source.language == "cpp":
+        cmd = ["g++", "-O3", "-fopenmp", "-march=x86-64-v3", "-shared", "-fPIC", "-std=c++17"]
+    else:
+        cmd = ["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-std=c++17"]
+    proc = subprocess.run(
+        [*cmd, *flags, f"-I{include_dir()}", str(src), "-o", str(lib)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"compile_error: {proc.stderr[:4000]}")
+    return lib
+
+
+class Unit:
+    def __init__(self, lib: Path) -> None:
+        self.lib = ctypes.CDLL(str(lib))
+
+    def call(self, entry: str, inputs: list[Any], outputs: list[Any]) -> int:
+        import torch
+
+        keep: list[Any] = []
+
+        def desc(t: Any) -> KfTensor:
+            if not isinstance(t, torch.Tensor):
+                t = torch.tensor(float(t), dtype=torch.float32)
+            t = t.contiguous() if not t.is_contiguous() else t
+            shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
+            strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
+            keep.extend([t, shape, strides])
+            dev = _Dev(2 if t.is_cuda else 1, t.device.index or 0)
+            return KfTensor(t.data_ptr(), dev, t.dim(), _Dt(2, 32, 1), shape, strides, 0)
+
+        ins = (KfTensor * max(len(inputs), 1))(*[desc(t) for t in inputs])
+        outs = (KfTensor * max(len(outputs), 1))(*[desc(t) for t in outputs])
+        fn = getattr(self.lib, entry)
+        fn.restype = ctypes.c_int
+        return int(fn(ins, len(inputs), outs, len(outputs), None))

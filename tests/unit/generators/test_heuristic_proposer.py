@@ -1,0 +1,182 @@
+"""The heuristic proposer's pure behaviour: capture, classification, planning, variants, mutations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelfoundry.domain.descriptors import Descriptors
+from kernelfoundry.generators.base import GenerationRequest, Generator, ParentKernel
+from kernelfoundry.generators.heuristic import HeuristicGenerator, capture, parse_tunables, parse_variant
+from kernelfoundry.generators.heuristic.classify import classify_op
+from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.tasks.model import ShapeVariant, Task
+
+TASKS = Path(__file__).resolve().parents[3] / "tasks"
+
+
+def small_task(name: str, **overrides: int) -> Task:
+    return Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("small", overrides),))
+
+
+def test_heuristic_generator_satisfies_the_generator_protocol() -> None:
+    assert isinstance(HeuristicGenerator(), Generator)
+
+
+def test_request_rejects_an_unknown_mutation() -> None:
+    with pytest.raises(ValueError, match="unknown mutation"):
+        GenerationRequest("r", small_task("level1_relu", batch_size=2, dim=8), "cpu", mutation="teleport")
+
+
+def test_classification_of_ops() -> None:
+    assert classify_op("gelu") == "pointwise"
+    assert classify_op("sum") == "reduction"
+    assert classify_op("softmax") == "rowop"
+    assert classify_op("linear") == "heavy"
+    assert classify_op("max_pool2d") == "other"
+
+
+def test_capture_bakes_init_scalars_and_records_shapes() -> None:
+    graph = capture(small_task("level2_elementwise_chain", batch_size=4, dim=16))
+    ops = [n.op for n in graph.nodes]
+    assert ops == ["mul", "add", "gelu", "tanh", "mul", "add"]
+    assert graph.nodes[0].args[1] == pytest.approx(1.7)
+    assert graph.shapes[graph.outputs[0]] == (4, 16)
+
+
+def test_capture_lowers_inference_batch_norm_to_a_per_channel_pointwise_op() -> None:
+    graph = capture(small_task("level2_conv_batchnorm_relu", batch_size=1, height=8, width=8))
+    bn = next(n for n in graph.nodes if n.op == "batch_norm")
+    assert bn.kind == "pointwise"
+    assert all(a.trail == 2 for a in bn.args[1:])  # (C,) statistics viewed as (C, 1, 1)
+
+
+def test_fused_plan_has_one_step_and_direct_plan_one_per_op() -> None:
+    graph = capture(small_task("level2_elementwise_chain", batch_size=4, dim=16))
+    assert len(partition(graph, fuse=True)[0].steps) == 1
+    assert len(partition(graph, fuse=False)[0].steps) == len(graph.nodes)
+
+
+def test_softmax_epilogue_is_fused_into_the_row_step() -> None:
+    graph = capture(small_task("level2_softmax_scale_residual", batch_size=4, dim=32))
+    steps = partition(graph, fuse=True)[0].steps
+    assert [s.kind for s in steps] == ["rowop"]
+    assert steps[0].epilogue
+
+
+def test_heavy_ops_split_the_graph_into_parts_called_from_glue() -> None:
+    graph = capture(small_task("level2_conv_bias_relu", batch_size=1, height=8, width=8))
+    parts = partition(graph, fuse=True)
+    assert [p.entry_point for p in parts] == ["kf_part0"]
+    assert parts[0].inputs == ["conv", "p_bias"]
+
+
+def test_seeds_are_a_direct_translation_and_a_fused_variant_with_honest_descriptors() -> None:
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("r", small_task("level2_elementwise_chain", batch_size=4, dim=16), "cpu", count=4)
+    )
+    assert not result.error
+    direct, fused = result.candidates[:2]
+    assert direct.strategy == Descriptors(0, 0, 0)
+    assert "omp simd" not in direct.source.code
+    assert fused.strategy == Descriptors(1, 1, 0)
+    assert "#pragma omp simd" in fused.source.code
+
+
+def test_generated_units_declare_guarded_tunables() -> None:
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("r", small_task("level1_softmax", batch_size=2, dim=8), "cpu", count=2)
+    )
+    source = result.candidates[1].source
+    names = {t.name for t in parse_tunables(source.code)}
+    assert {"CHUNK", "INNER_TILE", "KF_FAST_MATH"} <= names
+    for name in names:
+        assert f"#ifndef {name}" in source.code
+    assert source.tunables == parse_tunables(source.code)
+
+
+def test_glue_keeps_the_heavy_op_and_launches_the_tail() -> None:
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("r", small_task("level2_gemm_scale_gelu", batch_size=4), "cpu", count=2)
+    )
+    glue = result.candidates[1].source.glue
+    assert "self.gemm = nn.Linear(" in glue
+    assert "kf.launch('kf_part0'" in glue
+    assert "F.gelu" not in glue and "torch.gelu" not in glue
+
+
+def _parent(task: Task, index: int = 1) -> ParentKernel:
+    seed = HeuristicGenerator().generate_sync(GenerationRequest("s", task, "cpu", count=2)).candidates[index]
+    return ParentKernel(seed.source, seed.strategy, speedup=1.0, runtime_ms=1.0)
+
+
+def test_fusion_mutation_moves_the_fusion_boundary() -> None:
+    task = small_task("level2_elementwise_chain", batch_size=4, dim=16)
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("m", task, "cpu", parent=_parent(task), mutation="fusion")
+    )
+    child = result.candidates[0]
+    assert child.mutation == "fusion"
+    variant = parse_variant(child.source.code)
+    assert variant is not None and variant.fuse is False
+
+
+def test_retune_mutation_changes_only_tunable_values() -> None:
+    task = small_task("level1_relu", batch_size=2, dim=8)
+    parent = _parent(task)
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("m", task, "cpu", parent=parent, mutation="retune", seed=3)
+    )
+    child = result.candidates[0]
+    assert child.source.code == parent.source.code
+    assert set(child.source.params) == {t.name for t in parent.source.tunables}
+
+
+def test_proposal_weights_steer_the_unnamed_mutation() -> None:
+    task = small_task("level1_relu", batch_size=2, dim=8)
+    weights = {m: 0.0 for m in ("fusion", "reduction", "tiling", "vectorize", "parallel")} | {"retune": 1.0}
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("m", task, "cpu", parent=_parent(task), proposal_weights=weights, count=3)
+    )
+    assert [c.mutation for c in result.candidates] == ["retune"] * 3
+
+
+def test_feedback_on_the_parent_produces_a_conservative_repair() -> None:
+    task = small_task("level1_relu", batch_size=2, dim=8)
+    parent = _parent(task)
+    broken = ParentKernel(
+        parent.source, parent.descriptors, None, None, feedback="output_mismatch: max err 3.0"
+    )
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("m", task, "cpu", parent=broken, repair=True)
+    )
+    child = result.candidates[0]
+    assert child.mutation == "repair"
+    assert "output_mismatch" in child.rationale
+    assert "#pragma omp simd" not in child.source.code
+
+
+def test_an_untraceable_reference_is_reported_as_unsupported() -> None:
+    source = (
+        "import torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if x.sum() > 0:\n            return x\n        return -x\n"
+        "def get_inputs():\n    return [torch.randn(4)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    result = HeuristicGenerator().generate_sync(GenerationRequest("r", Task("branchy", source), "cpu"))
+    assert result.candidates == ()
+    assert result.error == "unsupported"
+    assert "torch.fx" in result.message
+
+
+def test_fold_seed_moves_the_batch_norm_into_the_conv_and_leaves_the_activation_to_the_kernel() -> None:
+    task = small_task("level2_conv_batchnorm_relu", batch_size=1, height=8, width=8)
+    result = HeuristicGenerator().generate_sync(GenerationRequest("r", task, "cpu", count=8))
+    folded = next(c for c in result.candidates if parse_variant(c.source.code).fold)
+    assert folded.strategy.algorithm == 2  # reformulated
+    assert "F.conv2d(x, (self.conv.weight * " in folded.source.glue
+    assert "torch.rsqrt(self.bn.running_var" in folded.source.glue
+    assert "batch_norm" not in folded.source.code  # the unit only applies the ReLU
