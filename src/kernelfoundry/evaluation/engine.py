@@ -345,10 +345,15 @@ class Evaluation:
         runs, warmup = self.settings.runs_for(self.request.backend), self.settings.warmup_runs
         self.counters["input_sets"] += k
         candidate_call, outputs = self._timed_candidate(state, sets, expected)
+        if self.launcher is not None:
+            self.launcher.poisoning = False
         try:
             candidate = timer.measure(candidate_call, runs, warmup)
         except Exception as exc:
             raise classify_exception(exc, "timed run") from exc
+        finally:
+            if self.launcher is not None:
+                self.launcher.poisoning = True
         self.counters["timed_runs"] += runs
         self.counters["warmup_runs"] += warmup
         self._check_not_cached(state, sets, candidate_call, outputs, runs + warmup)
