@@ -12,7 +12,7 @@ import hashlib
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernelfoundry.bus import subjects
@@ -210,19 +210,53 @@ class RunCoordinator:
         if decision:
             return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, f"budget reached: {decision.reason}")
         plans = run.engine.plan_generation(now, run.rng)
-        jobs = run.sweeps.next_batch(self._sweep_batch(run)) if run.config.sweeps else []
+        jobs = self._sweep_jobs(run) if run.config.sweeps else []
         if not plans and not jobs:
             return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, "nothing left to try")
         run.generation = run.engine.generation
         out: list[Outgoing] = []
         for index, plan in enumerate(plans):
             out.append(self._generation_request(run, plan, f"{run.run_id}-g{run.generation}-r{index}"))
-        for index, job in enumerate(jobs):
-            out += self._sweep_candidate(run, job, f"{run.run_id}-g{run.generation}-s{index}")
+        for index, (job, source) in enumerate(jobs):
+            out += self._sweep_candidate(run, job, source, f"{run.run_id}-g{run.generation}-s{index}")
         if not run.pending_requests and run.unresolved() == 0:
             # Every sweep point was a duplicate: move on rather than stall.
             return out + self._next_generation(run)
         return out
+
+    def _sweep_jobs(self, run: RunState) -> list[tuple[SweepJob, KernelSource]]:
+        """This generation's new sweep points, for kernels that are still elites.
+
+        Points whose kernel was superseded, or whose setting was already evaluated (the elite's own
+        setting, say), are answered at once without spending an evaluation.
+        """
+        elites = {e.candidate_id for e in self._elites(run)}
+        wanted = self._sweep_batch(run)
+        jobs: list[tuple[SweepJob, KernelSource]] = []
+        while len(jobs) < wanted:
+            batch = run.sweeps.next_batch(wanted - len(jobs))
+            if not batch:
+                break
+            for job in batch:
+                parent = run.candidates.get(job.candidate_id)
+                if parent is None or job.candidate_id not in elites:
+                    run.sweeps.report(job, SweepFailure("superseded", "the swept kernel is no longer elite"))
+                    continue
+                source = replace(parent.source, params=dict(job.params))
+                if source_digest(source) in run.source_hashes:
+                    self._report_known_point(run, job, source)
+                    continue
+                jobs.append((job, source))
+        return jobs
+
+    def _report_known_point(self, run: RunState, job: SweepJob, source: KernelSource) -> None:
+        digest = source_digest(source)
+        for state in run.candidates.values():
+            evaluation = state.evaluation
+            if source_digest(state.source) == digest and evaluation is not None and evaluation.correct:
+                run.sweeps.report(job, evaluation.runtime_ms / 1000.0)
+                return
+        run.sweeps.report(job, SweepFailure("duplicate", "this setting was already tried"))
 
     def _sweep_batch(self, run: RunState) -> int:
         """Sweep points per generation: as many as generation requests, so both searches advance."""
@@ -268,18 +302,10 @@ class RunCoordinator:
     def _backend(self, run: RunState) -> str:
         return run.config.hardware.split(".", 1)[0]
 
-    def _sweep_candidate(self, run: RunState, job: SweepJob, request_id: str) -> list[Outgoing]:
-        parent = run.candidates.get(job.candidate_id)
-        if parent is None:
-            return []
-        source = KernelSource(
-            language=parent.source.language,
-            code=parent.source.code,
-            entry_point=parent.source.entry_point,
-            glue=parent.source.glue,
-            tunables=parent.source.tunables,
-            params=dict(job.params),
-        )
+    def _sweep_candidate(
+        self, run: RunState, job: SweepJob, source: KernelSource, request_id: str
+    ) -> list[Outgoing]:
+        parent = run.candidates[job.candidate_id]
         candidate_id = f"{request_id}-c0"
         out = self._accept_candidate(
             run,
@@ -292,10 +318,7 @@ class RunCoordinator:
             rationale=f"tunable sweep point {dict(job.params)}",
             island=parent.info.island,
         )
-        if out:
-            run.sweep_jobs[candidate_id] = job
-        else:
-            run.sweeps.report(job, SweepFailure("duplicate", "this setting was already evaluated"))
+        run.sweep_jobs[candidate_id] = job
         return out
 
     # -- events -----------------------------------------------------------------------------------------

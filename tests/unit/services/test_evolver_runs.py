@@ -189,3 +189,34 @@ def test_unknown_hardware_has_no_build_target(tmp_path: Path) -> None:
     assert runs.build_target_for("cuda.h200") == "cuda.sm90"
     with pytest.raises(TaskError):
         runs.build_target_for("tpu.v5")
+
+
+def tunable_kernel(i: int) -> KernelSource:
+    from kernelfoundry.domain.sweeps import parse_tunables
+
+    code = (
+        f'#include "kf_abi.h"\n// @kf.tunable BLOCK in [64, 128, 256] default 128\n'
+        f"#ifndef BLOCK\n#define BLOCK 128\n#endif\nKF_DEFINE_ABI_VERSION()\n// variant {i}\n"
+    )
+    return KernelSource(language="cpp", code=code, tunables=parse_tunables(code))
+
+
+def test_a_new_elite_with_tunables_is_swept_in_the_next_generation(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3, population=1, sweeps=True)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, tunable_kernel(1)))
+    nxt = runs.on_evaluated(evaluated(f"{request.request_id}-c0", 2.0))
+    sweep = [c.message for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
+    assert sweep, "no sweep point was compiled"
+    assert all(dict(c.source.params) and c.source.params["BLOCK"] in ("64", "256") for c in sweep)
+    run = runs.runs["run-1"]
+    assert all(run.candidates[c.candidate_id].info.operator == "retune" for c in sweep)
+    assert all(run.candidates[c.candidate_id].info.parent_id == f"{request.request_id}-c0" for c in sweep)
+
+
+def test_without_sweeps_no_sweep_points_are_made(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3, population=1, sweeps=False)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, tunable_kernel(1)))
+    nxt = runs.on_evaluated(evaluated(f"{request.request_id}-c0", 2.0))
+    assert not [c for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
