@@ -95,6 +95,27 @@ def source_digest(source: KernelSource) -> str:
     return h.hexdigest()
 
 
+def merge_seed_plans(plans: list[GenerationPlan]) -> list[tuple[GenerationPlan, int]]:
+    """Seed plans of one island and prompt variant become one request for that many candidates.
+
+    Asked separately, a generator would propose its best seed each time and the copies would be dropped
+    as duplicates; asked for n at once, it proposes n different starting points (direct translation,
+    fused, ...). Mutation and repair plans stay one request each.
+    """
+    merged: list[tuple[GenerationPlan, int]] = []
+    seeds: dict[tuple[int, str], int] = {}
+    for plan in plans:
+        if plan.parent is None and plan.repair is None:
+            key = (plan.island, plan.prompt_variant_id or "")
+            if key in seeds:
+                first, count = merged[seeds[key]]
+                merged[seeds[key]] = (first, count + 1)
+                continue
+            seeds[key] = len(merged)
+        merged.append((plan, 1))
+    return merged
+
+
 class RunCoordinator:
     """All runs of this evolver process."""
 
@@ -215,8 +236,8 @@ class RunCoordinator:
             return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, "nothing left to try")
         run.generation = run.engine.generation
         out: list[Outgoing] = []
-        for index, plan in enumerate(plans):
-            out.append(self._generation_request(run, plan, f"{run.run_id}-g{run.generation}-r{index}"))
+        for index, (plan, count) in enumerate(merge_seed_plans(plans)):
+            out.append(self._generation_request(run, plan, f"{run.run_id}-g{run.generation}-r{index}", count))
         for index, (job, source) in enumerate(jobs):
             out += self._sweep_candidate(run, job, source, f"{run.run_id}-g{run.generation}-s{index}")
         if not run.pending_requests and run.unresolved() == 0:
@@ -262,7 +283,9 @@ class RunCoordinator:
         """Sweep points per generation: as many as generation requests, so both searches advance."""
         return max(1, run.config.population)
 
-    def _generation_request(self, run: RunState, plan: GenerationPlan, request_id: str) -> Outgoing:
+    def _generation_request(
+        self, run: RunState, plan: GenerationPlan, request_id: str, count: int = 1
+    ) -> Outgoing:
         request = search_pb2.GenerateCandidates(
             request_id=request_id,
             run_id=run.run_id,
@@ -272,7 +295,7 @@ class RunCoordinator:
             hints=list(plan.hints),
             guidance=dict(plan.guidance),
             proposal_weights=dict(plan.proposal_weights),
-            count=1,
+            count=count,
             seed=run.rng.randrange(2**31),
             repair=plan.repair is not None,
             iteration=run.generation,

@@ -12,7 +12,7 @@ from kernelfoundry.services.evolver.resume import restore_run
 from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.v1 import lineage_pb2
 
-from .test_evolver_runs import TASK, evaluated, generated, kernel, requests, start
+from .test_evolver_runs import TASK, evaluated, kernel, requests, seed_generation, start
 
 
 def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
@@ -58,11 +58,9 @@ def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
 
 def test_a_restored_run_has_the_same_archive_counters_and_best(tmp_path: Path) -> None:
     runs, out = start(tmp_path, iterations=4)
-    first, second = requests(out)
-    runs.on_generated(generated(first, kernel(1)))
-    runs.on_generated(generated(second, kernel(2)))
-    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
-    runs.on_evaluated(evaluated(f"{second.request_id}-c0", 0.5, correct=False))
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(first, 1.5))
+    runs.on_evaluated(evaluated(second, 0.5, correct=False))
     live = runs.runs["run-1"]
 
     restored_runs = RunCoordinator(tmp_path / "restored")
@@ -85,11 +83,9 @@ def test_a_restored_run_has_the_same_archive_counters_and_best(tmp_path: Path) -
 
 def test_a_restored_run_with_nothing_in_flight_moves_on_with_the_same_request_ids(tmp_path: Path) -> None:
     runs, out = start(tmp_path, iterations=4)
-    first, second = requests(out)
-    runs.on_generated(generated(first, kernel(1)))
-    runs.on_generated(generated(second, kernel(2)))
-    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
-    live_next = requests(runs.on_evaluated(evaluated(f"{second.request_id}-c0", 2.0)))
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(first, 1.5))
+    live_next = requests(runs.on_evaluated(evaluated(second, 2.0)))
 
     # The evolver died right after publishing generation 2's requests, before any answer came back.
     history = history_of(runs)
@@ -101,13 +97,11 @@ def test_a_restored_run_with_nothing_in_flight_moves_on_with_the_same_request_id
 
 def test_a_restored_run_waits_for_work_in_flight(tmp_path: Path) -> None:
     runs, out = start(tmp_path, iterations=4)
-    first, second = requests(out)
-    runs.on_generated(generated(first, kernel(1)))
-    runs.on_generated(generated(second, kernel(2)))
-    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(first, 1.5))
     restored_runs = RunCoordinator(tmp_path / "restored")
     run = restore_run(restored_runs, history_of(runs))
     assert restored_runs.continue_run(run) == []
     assert run.unresolved() == 1
-    moved = requests(restored_runs.on_evaluated(evaluated(f"{second.request_id}-c0", 2.0)))
+    moved = requests(restored_runs.on_evaluated(evaluated(second, 2.0)))
     assert len(moved) == 2

@@ -90,11 +90,18 @@ def compile_requests(out):  # type: ignore[no-untyped-def]
     return [o for o in out if o.subject.startswith(subjects.COMPILE_PREFIX)]
 
 
-def test_a_run_starts_with_the_submission_event_and_one_request_per_population_slot(tmp_path: Path) -> None:
+def seed_generation(runs: RunCoordinator, out, *kernels: KernelSource) -> list[str]:  # type: ignore[no-untyped-def]
+    """Answer the first generation's seed request with `kernels`; returns the candidate ids."""
+    (request,) = requests(out)
+    runs.on_generated(generated(request, *kernels))
+    return [f"{request.request_id}-c{i}" for i in range(len(kernels))]
+
+
+def test_a_run_starts_with_the_submission_event_and_a_seed_request_for_the_population(tmp_path: Path) -> None:
     _, out = start(tmp_path, population=3)
     assert out[0].subject == subjects.RUN_SUBMITTED
-    assert len(requests(out)) == 3
-    assert len({r.request_id for r in requests(out)}) == 3
+    (request,) = requests(out)
+    assert request.count == 3
 
 
 def test_candidates_get_ids_from_their_request_and_go_to_the_compile_subject(tmp_path: Path) -> None:
@@ -119,30 +126,25 @@ def test_a_redelivered_generation_event_creates_nothing_twice(tmp_path: Path) ->
 
 def test_the_same_kernel_is_never_evaluated_twice_in_a_run(tmp_path: Path) -> None:
     runs, out = start(tmp_path)
-    first, second = requests(out)
-    assert compile_requests(runs.on_generated(generated(first, kernel(1))))
-    assert compile_requests(runs.on_generated(generated(second, kernel(1)))) == []
+    (request,) = requests(out)
+    assert len(compile_requests(runs.on_generated(generated(request, kernel(1), kernel(1))))) == 1
 
 
 def test_the_next_generation_starts_only_when_every_candidate_is_resolved(tmp_path: Path) -> None:
     runs, out = start(tmp_path, iterations=3)
-    first, second = requests(out)
-    runs.on_generated(generated(first, kernel(1)))
-    runs.on_generated(generated(second, kernel(2)))
-    assert requests(runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))) == []
-    nxt = runs.on_evaluated(evaluated(f"{second.request_id}-c0", 2.0))
-    assert len(requests(nxt)) == 2
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    assert requests(runs.on_evaluated(evaluated(first, 1.5))) == []
+    nxt = runs.on_evaluated(evaluated(second, 2.0))
+    assert requests(nxt)
     assert all(r.iteration == 2 for r in requests(nxt))
     assert any(o.subject == subjects.ARCHIVE_UPDATED for o in nxt)
 
 
 def test_a_duplicate_evaluation_is_ignored(tmp_path: Path) -> None:
     runs, out = start(tmp_path, iterations=3)
-    first, second = requests(out)
-    runs.on_generated(generated(first, kernel(1)))
-    runs.on_generated(generated(second, kernel(2)))
-    runs.on_evaluated(evaluated(f"{first.request_id}-c0", 1.5))
-    assert runs.on_evaluated(evaluated(f"{first.request_id}-c0", 9.0)) == []
+    first, _ = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(first, 1.5))
+    assert runs.on_evaluated(evaluated(first, 9.0)) == []
     assert runs.runs["run-1"].best_speedup == pytest.approx(1.5)
 
 
@@ -220,3 +222,9 @@ def test_without_sweeps_no_sweep_points_are_made(tmp_path: Path) -> None:
     runs.on_generated(generated(request, tunable_kernel(1)))
     nxt = runs.on_evaluated(evaluated(f"{request.request_id}-c0", 2.0))
     assert not [c for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
+
+
+def test_seed_plans_become_one_request_for_several_different_seeds(tmp_path: Path) -> None:
+    _, out = start(tmp_path, population=4)
+    (request,) = requests(out)
+    assert request.count == 4 and not request.HasField("parent")
