@@ -1,11 +1,14 @@
-"""Does sweeping tunables find better kernels for the same evaluation budget?
+"""Does sweeping tunables find better kernels for the same budget?
 
 Runs the whole system on one machine (embedded JetStream, the five services as processes) on the CPU:
-the same task, seed and evaluation budget twice, once with parameter sweeps and once without, submitted
-together so both runs share the machine's conditions. Then both best kernels are re-timed side by side in one
-evaluation process (alternating, several rounds) so the final ratio is not an artefact of when each was timed.
+the same task, seed and budget twice, once with parameter sweeps and once without, submitted together so
+both runs share the machine's conditions. The budget is either generations (`--budget iterations`: the
+same number of generator requests, the costly part with an LLM; sweep points are extra compile/execute
+jobs in parallel) or evaluations (`--budget evaluations`: sweep points take slots from mutations).
+Then both best kernels are re-timed side by side in one evaluation process (alternating, several rounds)
+so the final ratio is not an artefact of when each was timed.
 
-    .venv/bin/python bench/sweeps_bench.py [--task tasks/level1_softmax.py] [--evaluations 24]
+    .venv/bin/python bench/sweeps_bench.py [--task tasks/level1_softmax.py] [--budget iterations --amount 4]
 
 Prints a table and writes bench/results/sweeps_bench.json.
 """
@@ -38,18 +41,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_pair(
-    task: Task, evaluations: int, population: int, seed: int, state: Path
+    task: Task, budget: str, amount: int, population: int, seed: int, state: Path
 ) -> dict[str, run_pb2.RunProgress]:
     stack = Stack(state_dir=state, hardware=[cpu_target()], extra_env={"KF_LOG_FORMAT": "json"})
     stack.start()
     client = KernelFoundryClient(stack.grpc_address)
     try:
-        budgeted = replace(task, budget=Budget(iterations=1000, evaluations=evaluations))
+        iterations = amount if budget == "iterations" else 1000
+        evaluations = amount if budget == "evaluations" else None
+        budgeted = replace(task, budget=Budget(iterations=iterations, evaluations=evaluations))
         ids = {}
         for label, sweeps in (("no sweeps", False), ("sweeps", True)):
             config = run_pb2.RunConfig(
                 hardware=cpu_target().execute,
-                iterations=1000,
+                iterations=iterations,
                 population=population,
                 sweeps=sweeps,
                 seed=seed,
@@ -103,7 +108,8 @@ def retime(task: Task, results: dict[str, run_pb2.RunProgress], rounds: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", type=Path, default=ROOT / "tasks" / "level1_softmax.py")
-    parser.add_argument("--evaluations", type=int, default=24)
+    parser.add_argument("--budget", choices=("iterations", "evaluations"), default="iterations")
+    parser.add_argument("--amount", type=int, default=4, help="generations or evaluations per run")
     parser.add_argument("--population", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=5)
@@ -111,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     task = shapes_for_backend(load_task(args.task), "cpu")
     with tempfile.TemporaryDirectory(prefix="kf-sweeps-bench-") as tmp:
-        results = run_pair(task, args.evaluations, args.population, args.seed, Path(tmp))
+        results = run_pair(task, args.budget, args.amount, args.population, args.seed, Path(tmp))
     times = retime(task, results, args.rounds)
     rows = []
     for label, progress in results.items():
@@ -137,7 +143,7 @@ def main() -> None:
     ratio = None
     if a and b and a["retimed_median_ms"] and b["retimed_median_ms"]:
         ratio = a["retimed_median_ms"] / b["retimed_median_ms"]
-    table = Table(title=f"Parameter sweeps on {task.name} (CPU, {args.evaluations} evaluations each)")
+    table = Table(title=f"Parameter sweeps on {task.name} (CPU, {args.amount} {args.budget} each)")
     for column in (
         "variant",
         "evaluations",
@@ -168,7 +174,7 @@ def main() -> None:
             {
                 "task": task.name,
                 "shapes": [{"name": s.name, "overrides": dict(s.overrides)} for s in task.shapes],
-                "evaluation_budget": args.evaluations,
+                "budget": {"kind": args.budget, "amount": args.amount},
                 "population": args.population,
                 "seed": args.seed,
                 "rows": rows,
