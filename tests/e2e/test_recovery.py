@@ -63,7 +63,7 @@ def test_killing_the_evolver_mid_run_resumes_it_and_every_candidate_appears_once
         final = wait_finished(client, run_id)
         assert final.status == run_pb2.RUN_STATUS_COMPLETED, final.message
         assert final.iteration >= 3
-        candidates, evaluations, builds, run, _ = wait_lineage_complete(stack, run_id)
+        candidates, _evaluations, _builds, run, _ = wait_lineage_complete(stack, run_id)
         ids = [c.candidate_id for c in candidates]
         assert len(ids) == len(set(ids))
         assert final.candidates_generated == len(candidates)
@@ -84,7 +84,7 @@ def test_killing_the_store_mid_run_loses_no_lineage(stack: Stack) -> None:
         final = wait_finished(client, run_id)  # the run goes on without the store
         assert final.status == run_pb2.RUN_STATUS_COMPLETED
         store.start()
-        candidates, evaluations, builds, run, _ = wait_lineage_complete(stack, run_id, timeout_s=120)
+        candidates, evaluations, _builds, run, _ = wait_lineage_complete(stack, run_id, timeout_s=120)
         assert len(candidates) == final.candidates_generated
         assert len(evaluations) == final.candidates_correct + sum(
             1 for e in evaluations if not e.correct
