@@ -353,6 +353,10 @@ def main() -> None:
     device = "cuda" if args.backend == "cuda" else "cpu"
     limits = machine_limits(device)
     print(
+        f"device {device}, torch {torch.__version__}, harness {args.harness}, budget {args.budget},"
+        f" runs {args.runs}, threads {torch.get_num_threads()}"
+    )
+    print(
         f"bandwidth {limits['bandwidth_Bps'] / 1e9:.0f} GB/s,"
         f" fp32 peak {limits['peak_flops'] / 1e9:.0f} GFLOP/s"
     )

@@ -86,9 +86,7 @@ def test_killing_the_store_mid_run_loses_no_lineage(stack: Stack) -> None:
         store.start()
         candidates, evaluations, _builds, run, _ = wait_lineage_complete(stack, run_id, timeout_s=120)
         assert len(candidates) == final.candidates_generated
-        assert len(evaluations) == final.candidates_correct + sum(
-            1 for e in evaluations if not e.correct
-        )
+        assert len(evaluations) == final.candidates_correct + sum(1 for e in evaluations if not e.correct)
         assert run.status == "finished"
         assert lineage(stack, run_id)[3].summary.get("best_candidate_id") == final.best.candidate_id
     finally:

@@ -46,7 +46,16 @@ def build_unit(source: KernelSource, out_dir: Path, params: Mapping[str, Any] | 
     src.write_text(source.code)
     lib = src.with_suffix(".so")
     if source.language == "cpp":
-        cmd = ["g++", "-O3", "-fopenmp", "-march=x86-64-v3", "-shared", "-fPIC", "-std=c++17"]
+        cmd = [
+            "g++",
+            "-O3",
+            "-fno-math-errno",
+            "-fopenmp",
+            "-march=x86-64-v3",
+            "-shared",
+            "-fPIC",
+            "-std=c++17",
+        ]
     else:
         cmd = ["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-std=c++17"]
     proc = subprocess.run(

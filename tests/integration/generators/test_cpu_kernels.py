@@ -110,3 +110,62 @@ def test_a_unit_rejects_a_wrong_tensor_count() -> None:
     unit = Unit(build_unit(fused.source, Path(build_dir)))
     x = torch.randn(3, 37)
     assert unit.call("kf_forward", [x, x], [torch.empty_like(x)]) == 1  # KF_ERR_BAD_ARGUMENTS
+
+
+def _mutant(name: str, mutation: str, params: dict[str, int], shape: dict[str, int] | None = None):
+    from kernelfoundry.domain.kernel import KernelSource
+    from kernelfoundry.generators.base import ParentKernel
+
+    shapes = (ShapeVariant("tiny", shape or TINY[name]),)
+    task = Task(name, (TASKS / f"{name}.py").read_text(), shapes=shapes)
+    gen = HeuristicGenerator()
+    seeds = gen.generate_sync(GenerationRequest("t", task, "cpu", count=4)).candidates
+    parent = seeds[-1]  # the most reformulated seed (folded for conv tails)
+    req = GenerationRequest(
+        "m", task, "cpu", parent=ParentKernel(parent.source, parent.strategy, 1.0, 1.0), mutation=mutation
+    )
+    src = gen.generate_sync(req).candidates[0].source
+    src = KernelSource(
+        src.language, src.code, src.entry_point, src.glue, src.tunables, {**src.params, **params}
+    )
+    return task, src
+
+
+# (task, mutation, tunable values): odd sizes, and tiles larger/smaller than the extents they cover
+STRUCTURAL = [
+    ("level2_conv_bias_relu", "tiling", {"TILE": 16}),
+    ("level2_conv_batchnorm_relu", "tiling", {"TILE": 128}),
+    ("level2_elementwise_chain", "tiling", {"TILE": 256, "CHUNK": 1024}),
+    ("level2_gemm_scale_gelu", "tiling", {}),
+    ("level2_gemm_sigmoid_sum", "reduction", {"CHUNK": 1024}),
+    ("level1_sum_reduction", "reduction", {}),
+]
+
+
+@pytest.mark.parametrize(("name", "mutation", "params"), STRUCTURAL)
+def test_structural_mutations_compile_and_match_the_reference(name: str, mutation: str, params: dict) -> None:
+    task, source = _mutant(name, mutation, params)
+    out, expected = run_candidate(source, instantiate(task, task.shapes[0], seed=1))
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_atomic_row_splits_match_when_a_row_spans_several_chunks() -> None:
+    name = "level2_gemm_sigmoid_sum"
+    wide = {"batch_size": 3, "in_features": 17, "out_features": 2500}  # rows of 2500 in 1024-long chunks
+    task, source = _mutant(name, "reduction", {"CHUNK": 1024}, wide)
+    assert "#pragma omp atomic" in source.code
+    out, expected = run_candidate(source, instantiate(task, task.shapes[0], seed=2))
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dispatch", [0, 1])
+def test_isa_dispatch_on_and_off_both_match_the_reference(dispatch: int) -> None:
+    from kernelfoundry.domain.kernel import KernelSource
+
+    name = "level2_elementwise_chain"
+    task = Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("tiny", TINY[name]),))
+    fused = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cpu", count=2)).candidates[1]
+    s = fused.source
+    source = KernelSource(s.language, s.code, s.entry_point, s.glue, s.tunables, {"KF_DISPATCH": dispatch})
+    out, expected = run_candidate(source, instantiate(task, task.shapes[0], seed=3))
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernelfoundry.generators.base import GenerationRequest
-from kernelfoundry.generators.heuristic import HeuristicGenerator
+from kernelfoundry.generators.heuristic import HeuristicGenerator, parse_variant
 from kernelfoundry.tasks.model import ShapeVariant, Task
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -45,5 +45,19 @@ def test_cuda_seeds_cover_every_reduction_strategy_and_compile(tmp_path: Path) -
         next(c for c in reduce if c.strategy.parallelism == 3),
         glue[1],
     ]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda c: build_unit(c.source, tmp_path), chosen))
+
+
+def test_warp_per_row_seeds_dispatch_short_rows_to_one_warp_each_and_compile(tmp_path: Path) -> None:
+    rowop = seeds("level1_layernorm", batch_size=2, seq_len=3, hidden=65)
+    reduce = seeds("level1_max_reduction", batch_size=2, dim1=5, dim2=67)
+    chosen = []
+    for units in (rowop, reduce):
+        warp = next(c for c in units if parse_variant(c.source.code).row_warps)
+        code = warp.source.code
+        assert "R <= WARP_ROW_MAX" in code and "kf_warp_reduce<" in code
+        assert "WARP_ROW_MAX" in {t.name for t in warp.source.tunables}
+        chosen.append(warp)
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda c: build_unit(c.source, tmp_path), chosen))

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from kernelfoundry.domain.descriptors import Descriptors
+from kernelfoundry.domain.descriptors import Descriptors, classify
 from kernelfoundry.generators.base import GenerationRequest, Generator, ParentKernel
 from kernelfoundry.generators.heuristic import HeuristicGenerator, capture, parse_tunables, parse_variant
 from kernelfoundry.generators.heuristic.classify import classify_op
 from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.model import ShapeVariant, Task
 
 TASKS = Path(__file__).resolve().parents[3] / "tasks"
@@ -18,6 +19,10 @@ TASKS = Path(__file__).resolve().parents[3] / "tasks"
 
 def small_task(name: str, **overrides: int) -> Task:
     return Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("small", overrides),))
+
+
+def _chain_source() -> str:
+    return (TASKS / "level2_elementwise_chain.py").read_text()
 
 
 def test_heuristic_generator_satisfies_the_generator_protocol() -> None:
@@ -78,10 +83,13 @@ def test_seeds_are_a_direct_translation_and_a_fused_variant_with_honest_descript
     )
     assert not result.error
     direct, fused = result.candidates[:2]
-    assert direct.strategy == Descriptors(0, 0, 0)
+    assert direct.strategy.memory == 0 and direct.strategy.parallelism == 0
     assert "omp simd" not in direct.source.code
     assert fused.strategy == Descriptors(1, 1, 0)
     assert "#pragma omp simd" in fused.source.code
+    ops = reference_op_count(_chain_source())
+    for candidate in (direct, fused):
+        assert classify(candidate.source, ops, candidate.strategy).agrees
 
 
 def test_generated_units_declare_guarded_tunables() -> None:
@@ -176,7 +184,8 @@ def test_fold_seed_moves_the_batch_norm_into_the_conv_and_leaves_the_activation_
     task = small_task("level2_conv_batchnorm_relu", batch_size=1, height=8, width=8)
     result = HeuristicGenerator().generate_sync(GenerationRequest("r", task, "cpu", count=8))
     folded = next(c for c in result.candidates if parse_variant(c.source.code).fold)
-    assert folded.strategy.algorithm == 2  # reformulated
+    ops = reference_op_count(task.reference_source)
+    assert classify(folded.source, ops, folded.strategy).agrees  # the fold itself lives in the glue
     assert "F.conv2d(x, (self.conv.weight * " in folded.source.glue
     assert "torch.rsqrt(self.bn.running_var" in folded.source.glue
     assert "batch_norm" not in folded.source.code  # the unit only applies the ReLU

@@ -53,6 +53,7 @@ def test_x86_64_uses_level_v3_only_when_the_host_has_avx2(monkeypatch):
 def test_gxx_flags_are_the_documented_ones():
     assert GxxToolchain().flags(BuildTarget("cpu", "x86_64_v2")) == (
         "-O3",
+        "-fno-math-errno",
         "-fopenmp",
         "-march=x86-64-v2",
         "-shared",

@@ -1,21 +1,25 @@
 """Turning a captured graph and a Variant into one candidate: unit code, glue, tunables, descriptors.
 
-Pure code generation (no compiler, no evaluation). The self-reported descriptors follow the evidence
-the emitted code contains: vectorised / float4 access -> memory 1, shared-memory row caching -> 2;
-fused steps -> algorithm 1, online softmax -> 2; block barriers -> parallelism 1, warp shuffles -> 2,
-atomics -> 3.
+Pure code generation (no compiler, no evaluation). The self-reported descriptors are the cell the
+archive's classifier (kernelfoundry.domain.descriptors.classify) assigns to the emitted unit, predicted
+from the strategy: CPU `omp simd` -> memory 1, L1 tile buffers / the channels-last transpose tile -> 2
+(3 with a reduction's column accumulators on top), `omp simd reduction` -> parallelism 2, `omp atomic`
+row splits -> 3; CUDA float4 -> memory 1, __shared__ reduction scratch -> 2, tree (barriers only) -> 1,
+warp shuffles -> 2, atomics -> 3, online softmax (`m_new`) -> algorithm 2. The classifier's fusion rule
+counts math-op families in the unit, so the algorithm axis otherwise comes from the unit itself.
 """
 
 from __future__ import annotations
 
 import re
 
-from kernelfoundry.domain.descriptors import Descriptors
+from kernelfoundry.domain.descriptors import Descriptors, classify
 from kernelfoundry.domain.kernel import KernelSource, Tunable, TunableValue
 from kernelfoundry.generators.heuristic.cpu import CpuEmitter
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph
+from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.variant import Variant
 
@@ -38,27 +42,41 @@ def _value(text: str) -> TunableValue:
         return text
 
 
-def descriptors_for(graph: Graph, backend: str, variant: Variant) -> Descriptors:
-    folded = False
+def descriptors_for(
+    graph: Graph, backend: str, variant: Variant, source: KernelSource, reference_ops: int
+) -> Descriptors:
+    """The self-report: memory and parallelism from the strategy the variant made the emitter write,
+    algorithm from the emitted unit by the archive's fusion rule (it counts the math-op families in the
+    code against the reference's op count, so it depends on the task as much as on the strategy)."""
     if variant.fold:
-        graph, folded = fold_affine_tails(graph)
-    kinds = {n.kind for n in graph.nodes}
-    has_rows = bool(kinds & {"reduction", "rowop"})
-    has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
-    multi_op = sum(1 for n in graph.nodes if n.kind not in ("heavy", "other")) > 1
-    algorithm = 1 if variant.fuse and multi_op else 0
-    if (variant.online and has_softmax and backend == "cuda") or folded:
-        algorithm = 2
+        graph, _ = fold_affine_tails(graph)
+    algorithm = classify(source, reference_ops).descriptors.algorithm
+    has_sum = any(n.op in ("sum", "mean") and n.kind == "reduction" for n in graph.nodes)
     if backend == "cpu":
-        memory = 1 if variant.fuse and variant.vectorize else 0
-        return Descriptors(memory=memory, algorithm=algorithm, parallelism=0)
-    memory = 1 if variant.vectorize or has_rows else 0
-    if variant.cache_rows and any(n.kind == "rowop" for n in graph.nodes):
-        memory = 2
+        parts = partition(graph, variant.fuse)
+        kinds = {s.kind for p in parts for s in p.steps}
+        nhwc = variant.channels_last and channels_last_source(graph, parts) is not None
+        tiled = variant.cache_rows and variant.fuse and not nhwc and "pointwise" in kinds
+        vector = variant.fuse and variant.vectorize
+        memory = 2 if nhwc or tiled else int(vector)
+        if memory == 2 and "reduction" in kinds:
+            memory = 3  # the reduction's column accumulators (`acc[INNER_TILE]`) on top of the tile
+        parallelism = 0
+        if vector and not nhwc and kinds & {"reduction", "rowop"}:
+            parallelism = 2  # `omp simd reduction(...)` per row
+        if variant.reduction == "atomic" and has_sum:
+            parallelism = 3
+        return Descriptors(memory=memory, algorithm=algorithm, parallelism=parallelism)
+    has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
+    if variant.online and has_softmax:
+        algorithm = 2  # the running max/sum (`m_new`) reformulation of softmax
+    has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
+    # row kernels stage their block reduction in __shared__ scratch; pointwise kernels use float4
+    memory = 2 if has_rows else int(variant.vectorize and variant.fuse)
     parallelism = 0
     if has_rows:
         parallelism = {"block": 1, "warp": 2, "atomic": 3}.get(variant.reduction, 1)
-        if variant.reduction == "atomic" and not any(n.op in ("sum", "mean") for n in graph.nodes):
+        if variant.reduction == "atomic" and not has_sum:
             parallelism = 2
     return Descriptors(memory=memory, algorithm=algorithm, parallelism=parallelism)
 
@@ -82,7 +100,9 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         language = "cuda"
     else:
         raise UnsupportedGraph(f"no emitter for backend `{backend}`")
-    glue = glue_source(graph, parts) if graph.has_torch_nodes else ""
+    nhwc = channels_last_source(graph, parts) if backend == "cpu" and variant.channels_last else None
+    layout = frozenset({nhwc}) if nhwc else frozenset()
+    glue = glue_source(graph, parts, layout) if graph.has_torch_nodes else ""
     entry = parts[0].entry_point
     return KernelSource(
         language=language, code=code, entry_point=entry, glue=glue, tunables=parse_tunables(code)

@@ -5,14 +5,27 @@ contiguous or constant), parallelised over rows x chunks with `#pragma omp paral
 with `#pragma omp simd`; broadcast operands get a per-row offset. Reductions and rowops run one row per
 iteration with SIMD reductions; reductions over a middle dimension accumulate INNER_TILE columns at once.
 The direct translation (Variant.fuse=False) materialises every op and computes every operand offset per
-element. Must never compile or run what it emits.
+element. Other strategies: `vectorize=False` drops the SIMD pragmas; `cache_rows` (CPU tiling) evaluates
+a fused pointwise chain op by op over L1 tile buffers of TILE elements; `reduction="atomic"` splits
+sum/mean rows (inner == 1) in CHUNK pieces across threads and combines partials with `omp atomic`;
+`channels_last` conv tails are emitted by layout.py. A fused softmax evaluates exp once per element
+(stored in the output row, then scaled). Entry points are cloned per x86 ISA level (`KF_CPU_ENTRY`,
+tunable KF_DISPATCH). Must never compile or run what it emits.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
 from kernelfoundry.generators.heuristic.expressions import literal
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, Shape, UnsupportedGraph
+from kernelfoundry.generators.heuristic.layout import (
+    LAYOUT_TUNABLES,
+    channels_last_entry,
+    channels_last_source,
+)
 from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
@@ -22,7 +35,18 @@ CPU_TUNABLES = (
     "// @kf.tunable CHUNK in [1024, 4096, 16384, 65536] default 16384",
     "// @kf.tunable INNER_TILE in [16, 64, 256] default 64",
     "// @kf.tunable KF_FAST_MATH in [0, 1] default 1",
+    "// @kf.tunable KF_DISPATCH in [0, 1] default 1",
 )
+
+# Entry points cloned per x86 ISA level and picked when the unit is loaded (GCC target_clones, an ifunc):
+# the AVX-512 clone where the CPU has it (twice the lanes of the -march=x86-64-v3 baseline), the baseline
+# elsewhere. OpenMP-outlined loop bodies are cloned with their entry point.
+ISA_DISPATCH = """#if KF_DISPATCH && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KF_CPU_ENTRY __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define KF_CPU_ENTRY
+#endif"""
+TILED_TUNABLES = ("// @kf.tunable TILE in [256, 1024, 4096] default 1024",)
 
 
 def _numel(s: Shape) -> int:
@@ -63,6 +87,10 @@ def _leaf_shape(leaf: Leaf) -> str:
     return f"kf_trail({shp(leaf.name)}, {leaf.trail})"
 
 
+def _dispatch(code: str) -> str:
+    return code.replace("\nKF_EXPORT int ", "\nKF_EXPORT KF_CPU_ENTRY int ")
+
+
 class CpuEmitter:
     def __init__(self, graph: Graph, variant: Variant) -> None:
         self.graph = graph
@@ -70,6 +98,8 @@ class CpuEmitter:
 
     def unit(self, parts: list[Part], header: list[str]) -> str:
         lines = [*header, self.variant.line(), *CPU_TUNABLES]
+        if self.variant.cache_rows and self.variant.fuse and not self.variant.channels_last:
+            lines += [*TILED_TUNABLES, "#ifndef TILE", "#define TILE 1024", "#endif"]
         lines += [
             "#ifndef CHUNK",
             "#define CHUNK 16384",
@@ -80,12 +110,22 @@ class CpuEmitter:
             "#ifndef KF_FAST_MATH",
             f"#define KF_FAST_MATH {int(self.variant.vectorize)}",
             "#endif",
+            "#ifndef KF_DISPATCH",
+            "#define KF_DISPATCH 1",
+            "#endif",
+            ISA_DISPATCH,
             PRELUDE,
             "#include <omp.h>",
             "",
             "KF_DEFINE_ABI_VERSION()",
             "",
         ]
+        nhwc = channels_last_source(self.graph, parts) if self.variant.channels_last else None
+        if nhwc is not None:
+            lines[lines.index("#ifndef KF_FAST_MATH")] = "\n".join(
+                [*LAYOUT_TUNABLES, "#ifndef TILE", "#define TILE 64", "#endif", "#ifndef KF_FAST_MATH"]
+            )
+            return _dispatch("\n".join([*lines, *channels_last_entry(self.graph, parts[0], nhwc), ""]))
         for part in parts:
             lines += entry_point(
                 self.graph,
@@ -95,7 +135,7 @@ class CpuEmitter:
                 lambda name: f"free({ptr(name)});",
             )
             lines.append("")
-        return "\n".join(lines)
+        return _dispatch("\n".join(lines))
 
     # -- steps -------------------------------------------------------------------------------------
     def step(self, step: Step) -> list[str]:
@@ -142,6 +182,10 @@ class CpuEmitter:
         out.append("      const int64_t j1 = j0 + chunk < inner ? j0 + chunk : inner;")
         out += pre
         out.append(f"      float* __restrict o = {ptr(step.out)} + r * inner;")
+        if self.variant.cache_rows and not direct:
+            out += self._tiled_body(g, step, leaves, modes)
+            out.append("    }")
+            return out
         if self.variant.vectorize and not direct:
             out.append("      #pragma omp simd")
         out.append("      for (int64_t j = j0; j < j1; ++j) {")
@@ -149,6 +193,41 @@ class CpuEmitter:
         out.append(f"        o[j] = {result};")
         out.append("      }")
         out.append("    }")
+        return out
+
+    def _tiled_body(self, g: Graph, step: Step, leaves: list[Leaf], modes: dict[Leaf, int]) -> list[str]:
+        """Cache-blocked op by op: each fused op is its own loop over an L1-resident tile buffer."""
+        loads = {leaf: (f"q{k}[jt + i]" if modes[leaf] == 1 else f"b{k}") for k, leaf in enumerate(leaves)}
+        body, result = emit(g, step, Ref(step.root.name), lambda leaf: loads[leaf], indent="")
+        simd = "        #pragma omp simd" if self.variant.vectorize else ""
+        out = ["      for (int64_t jt = j0; jt < j1; jt += TILE) {"]
+        out.append("        const int64_t n = jt + TILE < j1 ? TILE : j1 - jt;")
+        names = []
+        for stmt in body:
+            name = stmt.split("=", 1)[0].split()[-1]
+            names.append(name)
+        last = names[-1] if names and result == names[-1] else None
+        for name in names:
+            if name != last:
+                out.append(f"        alignas(64) float tile_{name}[TILE];")
+        rewrite = [(name, f"tile_{name}[i]") for name in sorted(names, key=len, reverse=True)]
+
+        def local(text: str) -> str:
+            for name, repl in rewrite:
+                text = re.sub(rf"\b{name}\b", repl, text)
+            return text
+
+        for name, stmt in zip(names, body, strict=True):
+            expr = stmt.split("=", 1)[1].strip().rstrip(";")
+            if simd:
+                out.append(simd)
+            dest = "o[jt + i]" if name == last else f"tile_{name}[i]"
+            out.append(f"        for (int64_t i = 0; i < n; ++i) {dest} = {local(expr)};")
+        if last is None:
+            if simd:
+                out.append(simd)
+            out.append(f"        for (int64_t i = 0; i < n; ++i) o[jt + i] = {local(result)};")
+        out.append("      }")
         return out
 
     def _row_leaves(self, step: Step, leaves: list[Leaf], shape: Shape, index: str) -> tuple[list[str], dict]:
@@ -206,6 +285,30 @@ class CpuEmitter:
         out += pre
         body, val = emit(g, step, src, lambda leaf: loads[leaf], indent="          ")
         out.append("    if (inner == 1) {")
+        if self.variant.reduction == "atomic" and op in ("sum", "mean"):
+            # rows split in CHUNK-long pieces across threads; partial sums combined with atomics
+            scale = " / (float)R" if op == "mean" else ""
+            red_clause = f"{simd}reduction(+:partial)" if simd else ""
+            out += [
+                "      const int64_t nsplit = (R + CHUNK - 1) / CHUNK;",
+                "      #pragma omp parallel for schedule(static)",
+                f"      for (int64_t o = 0; o < outer; ++o) {ptr(step.out)}[o] = 0.0f;",
+                "      #pragma omp parallel for schedule(static)",
+                "      for (int64_t t = 0; t < outer * nsplit; ++t) {",
+                "        const int64_t o = t / nsplit, j0 = (t % nsplit) * CHUNK;",
+                "        const int64_t j1 = j0 + CHUNK < R ? j0 + CHUNK : R;",
+                "        float partial = 0.0f;",
+                *([f"        {red_clause}"] if red_clause else []),
+                "        for (int64_t j = j0; j < j1; ++j) {",
+                *body,
+                f"          partial += {val};",
+                "        }",
+                "        #pragma omp atomic",
+                f"        {ptr(step.out)}[o] += partial{scale};",
+                "      }",
+            ]
+            out.append("    } else {")
+            return self._middle_reduction(out, step, leaves, pre, op, init, combine, simd, src)
         out.append("      #pragma omp parallel for schedule(static)")
         out.append("      for (int64_t o = 0; o < outer; ++o) {")
         out.append(f"        float acc = {init};")
@@ -227,7 +330,23 @@ class CpuEmitter:
         out.append(f"        {ptr(step.out)}[o] = acc;")
         out.append("      }")
         out.append("    } else {")
-        # middle-dimension reduction: accumulate a tile of columns, contiguous across the inner index
+        return self._middle_reduction(out, step, leaves, pre, op, init, combine, simd, src)
+
+    def _middle_reduction(
+        self,
+        out: list[str],
+        step: Step,
+        leaves: list[Leaf],
+        pre: list[str],
+        op: str,
+        init: str,
+        combine: Callable[[str, str], str],
+        simd: str,
+        src: Ref,
+    ) -> list[str]:
+        """The inner != 1 branch: accumulate a tile of columns, contiguous across the inner index."""
+        g = self.graph
+        xshape = g.shapes[src.name]
         pre2, loads2 = self._row_leaves(step, leaves, xshape, "(o * R + j) * inner + i")
         body2, val2 = emit(g, step, src, lambda leaf: loads2[leaf], indent="            ")
         out += ["  " + p for p in pre2 if p not in pre]
@@ -298,7 +417,16 @@ class CpuEmitter:
             out.append(f"        {acc_stmt}")
             out.append("      }")
 
-        if node.op in ("softmax", "log_softmax"):
+        exp_once = node.op == "softmax" and self.variant.fuse
+        if exp_once:
+            # exp evaluated once per element: stored in the output row (L1/L2-resident), then scaled
+            out.append("      float m = -INFINITY, s = 0.0f;")
+            out.append(f"      float* __restrict orow = {ptr(step.out)} + o * R;")
+            loop("max:m", f"m = m > {xv} ? m : {xv};")
+            loop("+:s", f"const float e = kf_exp({xv} - m); orow[j] = e; s += e;")
+            out.append("      const float inv = 1.0f / s;")
+            value = "orow[j] * inv"
+        elif node.op in ("softmax", "log_softmax"):
             out.append("      float m = -INFINITY, s = 0.0f;")
             loop("max:m", f"m = m > {xv} ? m : {xv};")
             loop("+:s", f"s += kf_exp({xv} - m);")
@@ -339,7 +467,8 @@ class CpuEmitter:
         else:
             out.append(f"      {simd}".rstrip())
             out.append("      for (int64_t j = 0; j < R; ++j) {")
-        out += xb
+        if not exp_once:
+            out += xb
         out.append(f"        const float y = {value};")
         if step.epilogue:
             eb, ev = emit(g, step, Ref(step.out), lambda leaf: loads[leaf], root_var="y", indent="        ")

@@ -6,7 +6,8 @@ size allows. Reductions over the last dims and rowops: one block per row, block 
 shuffles (Variant.reduction "warp"), a shared-memory tree with __syncthreads ("block"), or, for sums,
 row splits combined with atomicAdd ("atomic"). Softmax may use the online formulation (one pass for max
 and sum) and cache the row in shared memory (Variant.cache_rows). Middle-dim reductions: one thread per
-output column. Every launch goes to the given stream. Must never compile or run what it emits.
+output column. Every launch goes to the given stream. A unit carries only the reduction helpers its
+kernels call, so its source shows the strategy it uses. Must never compile or run what it emits.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ CUDA_TUNABLES = (
     "// @kf.tunable PER_THREAD in [1, 2, 4, 8] default 4",
 )
 
-BLOCK_REDUCE = r"""
+COMBINE = r"""
 template <int OP>
 __device__ __forceinline__ float kf_combine(float a, float b) {
   if (OP == 0) return a + b;
   if (OP == 1) return fmaxf(a, b);
   return fminf(a, b);
 }
+"""
 
+REDUCE_WARP = r"""
 /* Warp-shuffle block reduction; every thread gets the result. `scratch` holds 33 floats. */
 template <int OP>
 __device__ float kf_block_reduce_warp(float v, float* scratch) {
@@ -52,7 +55,22 @@ __device__ float kf_block_reduce_warp(float v, float* scratch) {
   __syncthreads();
   return scratch[32];
 }
+"""
 
+REDUCE_LANES = r"""
+/* Reduction across the 32 lanes of a warp; every lane gets the result. No shared memory, no barrier. */
+template <int OP>
+__device__ __forceinline__ float kf_warp_reduce(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = kf_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+"""
+
+# Rows up to WARP_ROW_MAX long get one warp each (Variant.row_warps): a block per short row leaves most
+# of its threads idle and pays two barriers per reduction.
+WARP_TUNABLES = ("// @kf.tunable WARP_ROW_MAX in [1024, 4096, 16384] default 4096",)
+
+REDUCE_TREE = r"""
 /* Shared-memory tree reduction with block barriers only; `scratch` holds blockDim.x floats. */
 template <int OP>
 __device__ float kf_block_reduce_tree(float v, float* scratch) {
@@ -78,6 +96,7 @@ class CudaEmitter:
         self.kernels: list[str] = []
         self.counter = 0
         self._eps = 1e-5
+        self._lanes = False  # reductions across one warp's lanes (warp-per-row kernels)
 
     def unit(self, parts: list[Part], header: list[str]) -> str:
         bodies: list[str] = []
@@ -91,9 +110,19 @@ class CudaEmitter:
             )
             bodies.append("")
         lines = [*header, self.variant.line(), *CUDA_TUNABLES]
-        for name, default in (("BLOCK", 256), ("ROW_BLOCK", 512), ("PER_THREAD", 4)):
+        defaults = [("BLOCK", 256), ("ROW_BLOCK", 512), ("PER_THREAD", 4)]
+        if "WARP_ROW_MAX" in "\n".join(bodies):
+            lines += WARP_TUNABLES
+            defaults.append(("WARP_ROW_MAX", 4096))
+        for name, default in defaults:
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
-        lines += ["#include <cuda_runtime.h>", PRELUDE, BLOCK_REDUCE]
+        # only the reduction helpers the kernels call: a unit's source shows the strategy it uses
+        used = "\n".join(self.kernels)
+        helpers = [COMBINE] if "kf_combine" in used or "kf_block_reduce" in used else []
+        helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used else []
+        helpers += [REDUCE_LANES] if "kf_warp_reduce" in used else []
+        helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used else []
+        lines += ["#include <cuda_runtime.h>", PRELUDE, *helpers]
         lines += [
             "static float* kf_alloc(size_t bytes, cudaStream_t st) {",
             "  void* p = nullptr;",
@@ -230,6 +259,8 @@ class CudaEmitter:
         return params, args, pre, loads
 
     def _reduce_call(self, op_code: int, v: str) -> str:
+        if self._lanes:
+            return f"kf_warp_reduce<{op_code}>({v})"
         fn = "kf_block_reduce_tree" if self.variant.reduction == "block" else "kf_block_reduce_warp"
         return f"{fn}<{op_code}>({v}, kf_scratch)"
 
@@ -285,6 +316,35 @@ class CudaEmitter:
             k.append(f"    if (threadIdx.x == 0) out[o] = acc{scale};")
         k.append("  }")
         k.append("}")
+        warp_rows = self.variant.row_warps and not atomic
+        if warp_rows:
+            k.append(f"__global__ void __launch_bounds__(256) {kname}_wrows(int64_t outer, int64_t R,"
+                     " float* __restrict__ out" + "".join(", " + p for p in params) + ") {")  # fmt: skip
+            k += pre
+            k.append("  const int lane = threadIdx.x & 31;")
+            k.append("  const int64_t warps = blockDim.x >> 5;")
+            k.append(
+                "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
+                " o += (int64_t)gridDim.x * warps) {"
+            )
+            k.append("    const int64_t base = o * R;")
+            k.append(f"    float acc = {init};")
+            k.append("    for (int64_t j = lane; j < R; j += 32) {")
+            k += ["  " + b for b in body]
+            k.append(f"      acc = {comb}(acc, {val});")
+            k.append("    }")
+            k.append(f"    acc = kf_warp_reduce<{code}>(acc);")
+            if op == "logsumexp":
+                k.append("    float s = 0.0f;")
+                k.append("    for (int64_t j = lane; j < R; j += 32) {")
+                k += ["  " + b for b in body]
+                k.append(f"      s += expf({val} - acc);")
+                k.append("    }")
+                k.append("    s = kf_warp_reduce<0>(s);")
+                k.append("    acc = acc + logf(s);")
+            k.append(f"    if (lane == 0) out[o] = acc{' / (float)R' if op == 'mean' else ''};")
+            k.append("  }")
+            k.append("}")
         # columns kernel (inner > 1): one thread per output element, coalesced across the inner index
         params2, args2, pre2, loads2 = self._row_params(leaves, "(o * R + j) * inner + i")
         body2, val2 = emit(g, step, src, lambda leaf: loads2[leaf], indent="    ")
@@ -335,10 +395,22 @@ class CudaEmitter:
         else:
             out.append("      const int splits = 1;")
         out.append("      const int64_t nb = outer * splits < 65535 * 8 ? outer * splits : 65535 * 8;")
-        out.append(
+        launch = (
             f"      if (nb > 0) {kname}_rows<<<(unsigned)nb, ROW_BLOCK, 0, st>>>"
             f"(outer, R, splits, {ptr(step.out)}{a});"
         )
+        if warp_rows:
+            out.append("      if (R <= WARP_ROW_MAX) {")
+            out.append("        const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
+            out.append("        const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
+            out.append(
+                f"        if (outer > 0) {kname}_wrows<<<nbw, 256, 0, st>>>(outer, R, {ptr(step.out)}{a});"
+            )
+            out.append("      } else {")
+            out.append("  " + launch)
+            out.append("      }")
+        else:
+            out.append(launch)
         out.append("    } else {")
         if atomic:
             out.append("      const int64_t cols = outer * inner, want = (int64_t)1 << 19;")
@@ -395,6 +467,10 @@ class CudaEmitter:
             self.kernels.append(
                 self._row_kernel_regs(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
             )
+        if self.variant.row_warps:
+            self.kernels.append(
+                self._row_kernel_warp(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
+            )
         out = [f"    const kf_shape X = {shp(src.name)};"]
         if node.op == "group_norm":
             groups = int(node.attrs["num_groups"])
@@ -411,6 +487,11 @@ class CudaEmitter:
         out.append("    const unsigned nb = (unsigned)(outer < 65535 * 8 ? outer : 65535 * 8);")
         out.append("    const int64_t per = (R + ROW_BLOCK - 1) / ROW_BLOCK;")
         out.append("    if (outer <= 0) {")
+        if self.variant.row_warps:
+            out.append("    } else if (R <= WARP_ROW_MAX) {")
+            out.append("      const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
+            out.append("      const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
+            out.append(f"      {kname}_warp<<<nbw, 256, 0, st>>>{a};")
         if self.variant.cache_rows:
             for pt in (1, 2, 4, 8, 16, 32):
                 out.append(f"    }} else if (per <= {pt}) {{")
@@ -446,7 +527,8 @@ class CudaEmitter:
             k.append("    float m = -INFINITY, s = 0.0f;")
             if online:
                 k += sweep(
-                    "{ const float nm = fmaxf(m, xv); s = s * kf_exp(m - nm) + kf_exp(xv - nm); m = nm; }"
+                    "{ const float m_new = fmaxf(m, xv); s = s * kf_exp(m - m_new) + kf_exp(xv - m_new);"
+                    " m = m_new; }"
                 )
                 k.append("    const float bm = " + self._reduce_call(1, "m") + ";")
                 k.append("    s = (m == -INFINITY) ? 0.0f : s * kf_exp(m - bm);")
@@ -492,6 +574,42 @@ class CudaEmitter:
         k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
         k.append("    const int64_t base = o * R;")
         k += self._stats(op, eps, sweep, self.variant.online)
+        k += sweep(
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        k += ["  }", "}"]
+        return "\n".join(k)
+
+    def _row_kernel_warp(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """One warp per row (rows up to WARP_ROW_MAX): lane-strided sweeps, shuffle-only reductions."""
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    for (int64_t j = lane; j < R; j += 32) {",
+                *xb,
+                f"        const float xv = {xv};",
+                f"        {stmt}",
+                "    }",
+            ]
+
+        eps = literal(float(self._eps))
+        k = [f"__global__ void __launch_bounds__(256) {kname}_warp{signature} {{"]
+        k += pre
+        k.append("  const int lane = threadIdx.x & 31;")
+        k.append("  const int64_t warps = blockDim.x >> 5;")
+        k.append(
+            "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
+            " o += (int64_t)gridDim.x * warps) {"
+        )
+        k.append("    const int64_t base = o * R;")
+        self._lanes = True
+        try:
+            k += self._stats(op, eps, sweep, self.variant.online)
+        finally:
+            self._lanes = False
         k += sweep(
             "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
         )

@@ -50,7 +50,7 @@ def expression(op: str, a: Sequence[str], attrs: Mapping[str, Any]) -> str:
             if e == 1.0:
                 return x
             if e == 0.5:
-                return f"sqrtf({x})"
+                return f"kf_sqrt({x})"
             if e == 3.0:
                 return f"({x} * {x} * {x})"
             return f"powf({x}, {literal(e)})"
@@ -73,9 +73,9 @@ def expression(op: str, a: Sequence[str], attrs: Mapping[str, Any]) -> str:
         case "log":
             return f"logf({x})"
         case "sqrt":
-            return f"sqrtf({x})"
+            return f"kf_sqrt({x})"
         case "rsqrt":
-            return f"(1.0f / sqrtf({x}))"
+            return f"(1.0f / kf_sqrt({x}))"
         case "abs":
             return f"fabsf({x})"
         case "clamp" | "hardtanh":
@@ -110,6 +110,6 @@ def expression(op: str, a: Sequence[str], attrs: Mapping[str, Any]) -> str:
             return f"(kf_min(kf_max({x} + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f))"
         case "batch_norm":
             eps = literal(float(attrs["eps"]))
-            norm = f"(({a[0]} - {a[1]}) / sqrtf({a[2]} + {eps}))"
+            norm = f"(({a[0]} - {a[1]}) / kf_sqrt({a[2]} + {eps}))"
             return f"({norm} * {a[3]} + {a[4]})" if attrs.get("affine") else norm
     raise KeyError(f"no expression for pointwise op `{op}`")

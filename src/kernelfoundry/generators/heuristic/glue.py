@@ -47,7 +47,8 @@ def _modules_to_recreate(graph: Graph) -> list[str]:
     return leaves
 
 
-def glue_source(graph: Graph, parts: list[Part]) -> str:
+def glue_source(graph: Graph, parts: list[Part], channels_last: frozenset[str] = frozenset()) -> str:
+    """ModelNew; heavy ops named in `channels_last` run on an NHWC input and reach their part as NHWC."""
     lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", _HELPERS, ""]
     lines += [
         "class ModelNew(nn.Module):",
@@ -82,13 +83,18 @@ def glue_source(graph: Graph, parts: list[Part]) -> str:
     part_of = {n.name: p for p in parts for n in p.nodes}
     emitted: set[str] = set()
     for n in graph.nodes:
-        if n.kind in ("heavy", "other") and "fold" in n.attrs:
-            x = expr[graph.aliases.get(n.fx_node.args[0].name, n.fx_node.args[0].name)]
-            lines.append(f"        {n.name} = {folded_call(graph, n, x)}")
-            expr[n.name] = n.name
-            continue
         if n.kind in ("heavy", "other"):
-            lines.append(f"        {n.name} = {_torch_call(graph, n.fx_node, expr)}")
+            src = graph.aliases.get(n.fx_node.args[0].name, n.fx_node.args[0].name)
+            call_expr = dict(expr)
+            if n.name in channels_last:
+                lines.append(
+                    f"        {src}_nhwc = {expr[src]}.contiguous(memory_format=torch.channels_last)"
+                )
+                call_expr[src] = f"{src}_nhwc"
+            if "fold" in n.attrs:
+                lines.append(f"        {n.name} = {folded_call(graph, n, call_expr[src])}")
+            else:
+                lines.append(f"        {n.name} = {_torch_call(graph, n.fx_node, call_expr)}")
             expr[n.name] = n.name
             continue
         part = part_of[n.name]
@@ -103,7 +109,10 @@ def glue_source(graph: Graph, parts: list[Part]) -> str:
             )
         for name in part.outputs:
             expr[name] = name
-        ins = ", ".join(expr[i] for i in part.inputs)
+        ins = ", ".join(
+            f"{expr[i]}.permute(0, 2, 3, 1).contiguous()" if i in channels_last else expr[i]
+            for i in part.inputs
+        )
         outs = ", ".join(part.outputs)
         lines.append(f"        kf.launch({part.entry_point!r}, [{ins}], [{outs}])")
     rets = [expr[o] for o in graph.outputs]

@@ -2,11 +2,12 @@
 
 Seeds (no parent): the direct translation and the fused variant(s) of the reference graph. Mutations
 (a parent written by this proposer carries its Variant): "fusion" toggles the fusion boundary,
-"reduction" moves to the next reduction strategy, "tiling" toggles shared-memory row caching (CUDA) /
-changes INNER_TILE (CPU), "vectorize" toggles SIMD/float4, "parallel" changes the parallel decomposition,
-"retune" draws new tunable values. A parent with compile/mismatch feedback is repaired by falling back to
-the most conservative variant. `hints` and `proposal_weights` steer which mutation is applied when the
-request names none. Deterministic for a given request seed. Never compiles or evaluates.
+"reduction" moves to the next reduction strategy (CPU: sums toggle atomic row splits), "tiling" toggles
+shared-memory row caching (CUDA) / the channels-last conv tail or L1-tiled op-by-op pointwise (CPU;
+INNER_TILE where neither applies), "vectorize" toggles SIMD/float4, "parallel" changes the parallel
+decomposition, "retune" draws new tunable values. A parent with compile/mismatch feedback is repaired
+by falling back to the most conservative variant. `hints` and `proposal_weights` steer which mutation
+is applied when the request names none. Deterministic for a given request seed. Never compiles or evaluates.
 """
 
 from __future__ import annotations
@@ -24,12 +25,25 @@ from kernelfoundry.generators.base import (
 )
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
-from kernelfoundry.generators.heuristic.graph import Graph, capture
+from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
+from kernelfoundry.generators.heuristic.layout import channels_last_source
+from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.variant import Variant, parse_variant
+from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.model import Task, TaskError
 
 NAME = "heuristic"
 _REDUCTIONS = ("block", "warp", "atomic")
+
+
+def channels_last_applies(graph: Graph) -> bool:
+    """Whether the graph is a Conv2d with only a pointwise tail left after folding (CPU layout seed)."""
+    folded, _ = fold_affine_tails(graph)
+    try:
+        parts = partition(folded, True)
+    except UnsupportedGraph:
+        return False
+    return channels_last_source(folded, parts) is not None
 
 
 def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
@@ -56,6 +70,8 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
                 "fused, rows held in registers: one read, one write",
             )
         )
+    if backend == "cuda" and has_rows:
+        seeds.append((Variant(row_warps=True), "fused, one warp per row for short rows (shuffle-only)"))
     if backend == "cuda" and has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
     if backend == "cuda" and has_rows:
@@ -63,6 +79,31 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
     if backend == "cuda" and has_sum:
         seeds.append((Variant(reduction="atomic"), "fused, row splits combined with atomics"))
     return seeds
+
+
+def cpu_structural(graph: Graph, variant: Variant, mutation: str) -> tuple[Variant, str] | None:
+    """CPU `tiling` / `reduction`: the structural alternative the graph admits, or None.
+
+    tiling: conv tails toggle the channels-last conv + tile-transposing tail; other pointwise chains
+    toggle cache-blocked op-by-op evaluation in L1 tile buffers. reduction: sums/means toggle row
+    splits across threads combined with `omp atomic`.
+    """
+    if mutation == "tiling":
+        if channels_last_applies(graph):
+            on = not variant.channels_last
+            why = "conv in channels-last (NHWC), tail applied while transposing through a local tile"
+            return variant.with_(channels_last=on, fold=variant.fold or on), why if on else "NCHW conv tail"
+        parts = partition(fold_affine_tails(graph)[0] if variant.fold else graph, True)
+        if any(s.kind == "pointwise" for p in parts for s in p.steps):
+            on = not variant.cache_rows
+            why = "cache-blocked: each fused op a vectorised loop over L1 tile buffers"
+            return variant.with_(cache_rows=on, fuse=True), why if on else "untiled fused loops"
+        return None
+    if any(n.op in ("sum", "mean") and n.kind == "reduction" for n in graph.nodes):
+        nxt = "warp" if variant.reduction == "atomic" else "atomic"
+        why = "row splits across threads, partial sums combined with omp atomic"
+        return variant.with_(reduction=nxt), why if nxt == "atomic" else "one thread per row, SIMD reduction"
+    return None
 
 
 def mutate(variant: Variant, mutation: str, backend: str, rng: random.Random) -> tuple[Variant, str]:
@@ -141,25 +182,36 @@ class HeuristicGenerator:
         rng = random.Random(f"{request.request_id}:{request.seed}")
         backend = request.backend
         task = request.task.name
+        ref_ops = reference_op_count(request.task.reference_source)
+
+        def candidate(
+            variant: Variant, mutation: str, why: str, src: KernelSource | None = None
+        ) -> GeneratedCandidate:
+            src = src or generate_source(graph, task, backend, variant)
+            return GeneratedCandidate(
+                src, descriptors_for(graph, backend, variant, src, ref_ops), mutation, why
+            )
+
         if request.parent is None:
             for variant, why in seed_variants(graph, backend):
-                src = generate_source(graph, task, backend, variant)
-                yield GeneratedCandidate(src, descriptors_for(graph, backend, variant), "seed", why)
+                yield candidate(variant, "seed", why)
             return
         parent_variant = parse_variant(request.parent.source.code) or Variant()
         if request.repair or request.parent.feedback:
             # The conservative fallback: unvectorised, block reductions, no row caching.
             safe = Variant(fuse=parent_variant.fuse, vectorize=False, reduction="block")
-            src = generate_source(graph, task, backend, safe)
             reason = request.parent.feedback.strip().splitlines()[0] if request.parent.feedback else "repair"
-            yield GeneratedCandidate(
-                src, descriptors_for(graph, backend, safe), "repair", f"repair after: {reason}"
-            )
+            yield candidate(safe, "repair", f"repair after: {reason}")
             return
         for _ in range(request.count):
             mutation = _pick_mutation(request, rng)
             if backend == "cpu" and mutation in ("reduction", "tiling"):
-                # On the CPU both mean the column tile of middle-dimension reductions.
+                changed = cpu_structural(graph, parent_variant, mutation)
+                if changed is not None:
+                    variant, why = changed
+                    yield candidate(variant, mutation, why, self._keep_params(graph, task, variant, request))
+                    continue
+                # nothing structural to change: the column tile of middle-dimension reductions
                 tiles = [
                     v for t in request.parent.source.tunables if t.name == "INNER_TILE" for v in t.values
                 ]
@@ -168,31 +220,25 @@ class HeuristicGenerator:
                 params = (
                     {**request.parent.source.params, "INNER_TILE": rng.choice(choices)} if choices else {}
                 )
+                parent = request.parent.source
                 src = KernelSource(
-                    request.parent.source.language,
-                    request.parent.source.code,
-                    request.parent.source.entry_point,
-                    request.parent.source.glue,
-                    request.parent.source.tunables,
-                    params,
+                    parent.language, parent.code, parent.entry_point, parent.glue, parent.tunables, params
                 )
-                yield GeneratedCandidate(
-                    src, descriptors_for(graph, backend, parent_variant), mutation, f"reduction tile {params}"
-                )
+                yield candidate(parent_variant, mutation, f"reduction tile {params}", src)
                 continue
             if mutation == "retune":
                 src = retune(request.parent.source, rng)
-                yield GeneratedCandidate(
-                    src,
-                    descriptors_for(graph, backend, parent_variant),
-                    mutation,
-                    f"retuned {dict(src.params)}",
-                )
+                yield candidate(parent_variant, mutation, f"retuned {dict(src.params)}", src)
                 continue
             variant, why = mutate(parent_variant, mutation, backend, rng)
-            src = generate_source(graph, task, backend, variant)
-            if request.parent.source.params:
-                known = {t.name for t in src.tunables}
-                kept = {k: v for k, v in request.parent.source.params.items() if k in known}
-                src = KernelSource(src.language, src.code, src.entry_point, src.glue, src.tunables, kept)
-            yield GeneratedCandidate(src, descriptors_for(graph, backend, variant), mutation, why)
+            yield candidate(variant, mutation, why, self._keep_params(graph, task, variant, request))
+
+    @staticmethod
+    def _keep_params(graph: Graph, task: str, variant: Variant, request: GenerationRequest) -> KernelSource:
+        assert request.parent is not None
+        src = generate_source(graph, task, request.backend, variant)
+        if request.parent.source.params:
+            known = {t.name for t in src.tunables}
+            kept = {k: v for k, v in request.parent.source.params.items() if k in known}
+            src = KernelSource(src.language, src.code, src.entry_point, src.glue, src.tunables, kept)
+        return src

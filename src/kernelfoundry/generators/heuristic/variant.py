@@ -18,11 +18,13 @@ _LINE = re.compile(r"^// @kf\.variant (\{.*\})$", re.MULTILINE)
 class Variant:
     fuse: bool = True  # fused steps (False: direct translation, one loop per op)
     vectorize: bool = True  # CPU: `omp simd` + vectorisable math; CUDA: float4 loads/stores
-    reduction: str = "warp"  # CUDA reductions: "block" (shared-memory tree), "warp" (shuffles), "atomic"
+    reduction: str = "warp"  # "block" (CUDA tree), "warp" (shuffles / CPU SIMD), "atomic" (row splits)
     online: bool = False  # softmax / log-softmax: one pass for max and sum (rescaled running sum)
-    cache_rows: bool = False  # CUDA rowops: keep the row in shared memory between passes (tiling)
+    cache_rows: bool = False  # tiling: CUDA rowops keep rows on chip; CPU pointwise runs op by op in L1 tiles
     par_rows: bool = False  # CPU pointwise: parallelise over rows only (else rows x chunks)
     fold: bool = False  # fold per-channel affine tails into the heavy op's weights (glue)
+    row_warps: bool = False  # CUDA rows: one warp per row when R <= WARP_ROW_MAX
+    channels_last: bool = False  # CPU conv tails: conv in NHWC, tail transposes through a tile
 
     def line(self) -> str:
         return "// @kf.variant " + json.dumps(asdict(self), sort_keys=True)
