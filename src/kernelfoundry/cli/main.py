@@ -58,7 +58,9 @@ def up(
         nonlocal stopping
         stopping = True
 
+    # Explicit for SIGINT too: a shell that starts `up` in the background makes it ignore SIGINT.
     signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     try:
         with console.status("starting JetStream and the services..."):
             stack.start()
