@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
-from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
+from kernelfoundry.service_host import GrpcEndpoint, ServiceParts, make_consumer, run_service
 from kernelfoundry.services.evolver.api import KernelFoundryApi
 from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
 from kernelfoundry.services.evolver.resume import resume_runs
 from kernelfoundry.services.evolver.runs import RunCoordinator
-from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import service_pb2_grpc
 
 SERVICE = "evolver"
-log = get_logger(__name__)
 
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
@@ -43,17 +39,8 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     service_pb2_grpc.add_KernelFoundryServiceServicer_to_server(
         KernelFoundryApi(settings, bus, runs, metrics), server
     )
-    server.add_insecure_port(settings.grpc_address)
-
-    async def serve_grpc(stop: asyncio.Event) -> None:
-        await server.start()
-        log.info("gRPC API listening", address=settings.grpc_address)
-        await stop.wait()
-
-    async def close() -> None:
-        await server.stop(grace=2)
-
-    return ServiceParts(consumers=[consumer], tasks=[serve_grpc], closers=[close])
+    api = GrpcEndpoint(server, settings.grpc_address, "KernelFoundryService")
+    return ServiceParts(consumers=[consumer], tasks=[api.run], closers=[api.close])
 
 
 def main(settings: Settings) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
 from kernelfoundry.bus import subjects
@@ -11,15 +9,13 @@ from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.lineage.connection import open_repository
-from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
+from kernelfoundry.service_host import GrpcEndpoint, ServiceParts, make_consumer, run_service
 from kernelfoundry.services.store.api import LineageApi
 from kernelfoundry.services.store.handlers import StoreHandler
-from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import lineage_pb2_grpc
 
 SERVICE = "store"
-log = get_logger(__name__)
 
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
@@ -42,17 +38,8 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
     )
     lineage_pb2_grpc.add_LineageServiceServicer_to_server(LineageApi(repository), server)
-    server.add_insecure_port(settings.store_grpc_address)
-
-    async def serve_grpc(stop: asyncio.Event) -> None:
-        await server.start()
-        log.info("lineage API listening", address=settings.store_grpc_address)
-        await stop.wait()
-
-    async def close_server() -> None:
-        await server.stop(grace=2)
-
-    return ServiceParts(consumers=[consumer], tasks=[serve_grpc], closers=[close_server, repository.close])
+    api = GrpcEndpoint(server, settings.store_grpc_address, "LineageService")
+    return ServiceParts(consumers=[consumer], tasks=[api.run], closers=[api.close, repository.close])
 
 
 def main(settings: Settings) -> None:

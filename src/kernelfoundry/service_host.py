@@ -78,6 +78,24 @@ def make_consumer(
     return Consumer(bus, spec, decode, handler, service=service, on_result=metrics_callback(metrics, service))
 
 
+@dataclass
+class GrpcEndpoint:
+    """A gRPC server a service runs beside its consumers: started as a task, stopped as a closer."""
+
+    server: Any  # grpc.aio.Server
+    address: str
+    name: str
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.server.add_insecure_port(self.address)
+        await self.server.start()
+        log.info("gRPC API listening", api=self.name, address=self.address)
+        await stop.wait()
+
+    async def close(self) -> None:
+        await self.server.stop(grace=2)
+
+
 async def serve(service: str, settings: Settings, wiring: Wiring, stop: asyncio.Event | None = None) -> None:
     configure_logging(settings.log_level, settings.log_format, service)  # type: ignore[arg-type]
     stop = stop or asyncio.Event()
