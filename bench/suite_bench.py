@@ -44,24 +44,9 @@ assert include_dir().is_dir()
 
 
 # -- the in-process harness -------------------------------------------------------------------------
-class _Dev(ctypes.Structure):
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class _Dt(ctypes.Structure):
-    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
-
-
-class _Tensor(ctypes.Structure):
-    _fields_ = (
-        ("data", ctypes.c_void_p),
-        ("device", _Dev),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _Dt),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    )
+from kernelfoundry.evaluation.unit import KfDevice as _Dev  # noqa: E402  (the ABI's ctypes mirror)
+from kernelfoundry.evaluation.unit import KfDtype as _Dt  # noqa: E402
+from kernelfoundry.evaluation.unit import KfTensor as _Tensor  # noqa: E402
 
 
 def _descriptors(tensors: list[Any], keep: list[Any]) -> Any:

@@ -15,26 +15,9 @@ from typing import Any
 
 from kernelfoundry.abi import include_dir
 from kernelfoundry.domain.kernel import KernelSource
-
-
-class _Dev(ctypes.Structure):
-    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
-
-
-class _Dt(ctypes.Structure):
-    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
-
-
-class KfTensor(ctypes.Structure):
-    _fields_ = (
-        ("data", ctypes.c_void_p),
-        ("device", _Dev),
-        ("ndim", ctypes.c_int32),
-        ("dtype", _Dt),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    )
+from kernelfoundry.evaluation.unit import KfDevice as _Dev
+from kernelfoundry.evaluation.unit import KfDtype as _Dt
+from kernelfoundry.evaluation.unit import KfTensor
 
 
 def build_unit(source: KernelSource, out_dir: Path, params: Mapping[str, Any] | None = None) -> Path:
