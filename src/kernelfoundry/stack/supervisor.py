@@ -119,9 +119,17 @@ class Stack:
         builds = ",".join(sorted({h.build for h in self.hardware}))
         specs.append(ServiceProcess("compiler", {**base, "KF_HARDWARE": builds}, logs / "compiler.log"))
         for target in self.hardware:
-            name = f"executor:{target.execute}"
-            env = {**base, "KF_HARDWARE": target.execute}
-            specs.append(ServiceProcess(name, env, logs / f"executor-{target.execute}.log"))
+            if not target.devices:
+                env = {**base, "KF_HARDWARE": target.execute}
+                specs.append(
+                    ServiceProcess(f"executor:{target.execute}", env, logs / f"executor-{target.execute}.log")
+                )
+                continue
+            # One executor per device: each owns its GPU, and all share the model's durable consumer.
+            for index in target.devices:
+                env = {**base, "KF_HARDWARE": target.execute, "CUDA_VISIBLE_DEVICES": str(index)}
+                name = f"executor:{target.execute}:{index}"
+                specs.append(ServiceProcess(name, env, logs / f"executor-{target.execute}-{index}.log"))
         return specs
 
     def wait_ready(self, timeout_s: float) -> None:
