@@ -29,9 +29,19 @@ def processes_mentioning(text: str) -> list[str]:
 def test_run_against_up_prints_a_json_summary_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     state = tmp_path / "state"
     address = f"127.0.0.1:{free_port()}"
+    lineage_address = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "KF_TIMED_RUNS": "10", "PYTHONUNBUFFERED": "1"}
     up = subprocess.Popen(
-        [*CLI, "up", "--state-dir", str(state), "--grpc-address", address],
+        [
+            *CLI,
+            "up",
+            "--state-dir",
+            str(state),
+            "--grpc-address",
+            address,
+            "--store-grpc-address",
+            lineage_address,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -58,6 +68,24 @@ def test_run_against_up_prints_a_json_summary_and_ctrl_c_stops_everything(tmp_pa
         assert summary["best_speedup"] > 1.0
         assert Path(summary["best_kernel_path"]).is_relative_to(state)
         assert summary["archive_cells_filled"] == len(summary["archive"]) >= 1
+        deadline = time.monotonic() + 60
+        while True:  # the store writes the history asynchronously
+            listed = subprocess.run(
+                [*CLI, "lineage", "runs", "--address", lineage_address, "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert listed.returncode == 0, listed.stderr[-2000:]
+            records = json.loads(listed.stdout)["runs"]
+            done = [
+                r for r in records if r.get("run_id") == summary["run_id"] and r.get("status") == "finished"
+            ]
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert done, f"run {summary['run_id']} not finished in the lineage: {records}"
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(60)

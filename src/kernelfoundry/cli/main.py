@@ -43,15 +43,22 @@ def up(
         Path | None, typer.Option(help="Where JetStream data, lineage and kernels live")
     ] = None,
     grpc_address: Annotated[str | None, typer.Option(help="Address of the gRPC API")] = None,
+    store_grpc_address: Annotated[str | None, typer.Option(help="Address of the lineage API")] = None,
 ) -> None:
     """Start the whole system on this machine: JetStream, every service, the gRPC API. Ctrl-C stops it."""
     from rich.console import Console
 
     from kernelfoundry.stack.supervisor import Stack
 
-    settings = load_settings(state_dir=state_dir, grpc_address=grpc_address)
+    settings = load_settings(
+        state_dir=state_dir, grpc_address=grpc_address, store_grpc_address=store_grpc_address
+    )
     console = Console(stderr=True)
-    stack = Stack(state_dir=settings.state_dir, grpc_address=settings.grpc_address)
+    stack = Stack(
+        state_dir=settings.state_dir,
+        grpc_address=settings.grpc_address,
+        store_grpc_address=settings.store_grpc_address,
+    )
     stopping = False
 
     def request_stop(*_: object) -> None:
@@ -64,7 +71,10 @@ def up(
     try:
         with console.status("starting JetStream and the services..."):
             stack.start()
-        console.print(f"[green]KernelFoundry is up[/green]: gRPC {stack.grpc_address}, NATS {stack.nats_url}")
+        console.print(
+            f"[green]KernelFoundry is up[/green]: gRPC {stack.grpc_address}, "
+            f"lineage API {stack.store_grpc_address}, NATS {stack.nats_url}"
+        )
         hardware = ", ".join(h.execute for h in stack.hardware or [])
         console.print(f"hardware: {hardware}; logs in {stack.state_dir / 'logs'}")
         while not stopping:
