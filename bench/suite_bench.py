@@ -42,7 +42,8 @@ from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.generators.base import GeneratedCandidate, GenerationRequest, ParentKernel
 from kernelfoundry.generators.heuristic import HeuristicGenerator
 from kernelfoundry.tasks.model import ShapeVariant, Task
-from kernelfoundry.tasks.reference import instantiate, load_reference_module
+from kernelfoundry.tasks.reference import instantiate
+from kernelfoundry.tasks.shapes import CPU_OVERRIDES, declared_overrides
 from kernelfoundry.toolchains import BuildCache, BuildTarget, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +164,7 @@ def task_traffic(ref: Any, expected: Any) -> tuple[float, float]:
 # -- one task ---------------------------------------------------------------------------------------
 def make_task(path: Path, backend: str) -> Task:
     source = path.read_text()
-    overrides = load_reference_module(source).__dict__.get("CPU_OVERRIDES", {}) if backend == "cpu" else {}
+    overrides = (declared_overrides(source, CPU_OVERRIDES) or {}) if backend == "cpu" else {}
     return Task(path.stem, source, shapes=(ShapeVariant("bench", overrides),), targets=(backend,))
 
 
