@@ -151,7 +151,7 @@ def _restore_candidate(
     )
     state = CandidateState(info=info, source=source, created_at=time.time())
     run.candidates[info.candidate_id] = state
-    run.source_hashes.add(source_digest(source))
+    run.source_hashes[source_digest(source)] = info.candidate_id
     run.handled_requests.add(request_of(info.candidate_id))
     run.generated += 1
     evaluation = evaluations.get(info.candidate_id)

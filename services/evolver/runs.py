@@ -66,7 +66,7 @@ class RunState:
     pending_requests: set[str] = field(default_factory=set)
     handled_requests: set[str] = field(default_factory=set)
     candidates: dict[str, CandidateState] = field(default_factory=dict)
-    source_hashes: set[str] = field(default_factory=set)
+    source_hashes: dict[str, str] = field(default_factory=dict)  # source digest -> candidate id
     generated: int = 0
     compiled: int = 0
     correct: int = 0
@@ -264,20 +264,20 @@ class RunCoordinator:
                     run.sweeps.report(job, SweepFailure("superseded", "the swept kernel is no longer elite"))
                     continue
                 source = replace(parent.source, params=dict(job.params))
-                if source_digest(source) in run.source_hashes:
-                    self._report_known_point(run, job, source)
+                known = run.source_hashes.get(source_digest(source))
+                if known is not None:
+                    self._report_known_point(run, job, known)
                     continue
                 jobs.append((job, source))
         return jobs
 
-    def _report_known_point(self, run: RunState, job: SweepJob, source: KernelSource) -> None:
-        digest = source_digest(source)
-        for state in run.candidates.values():
-            evaluation = state.evaluation
-            if source_digest(state.source) == digest and evaluation is not None and evaluation.correct:
-                run.sweeps.report(job, evaluation.runtime_ms / 1000.0)
-                return
-        run.sweeps.report(job, SweepFailure("duplicate", "this setting was already tried"))
+    def _report_known_point(self, run: RunState, job: SweepJob, candidate_id: str) -> None:
+        state = run.candidates.get(candidate_id)
+        evaluation = state.evaluation if state is not None else None
+        if evaluation is not None and evaluation.correct and evaluation.runtime_ms > 0:
+            run.sweeps.report(job, evaluation.runtime_ms / 1000.0)
+        else:
+            run.sweeps.report(job, SweepFailure("duplicate", "this setting was already tried"))
 
     def _sweep_batch(self, run: RunState) -> int:
         """Sweep points per generation: as many as generation requests, so both searches advance."""
@@ -416,7 +416,7 @@ class RunCoordinator:
         digest = source_digest(source)
         if digest in run.source_hashes:
             return []  # the same kernel with the same parameters is never evaluated twice in a run
-        run.source_hashes.add(digest)
+        run.source_hashes[digest] = candidate_id
         classification = classify(source, run.reference_ops, reported)
         info = CandidateInfo(
             candidate_id=candidate_id,
