@@ -47,10 +47,11 @@ def build_and_evaluate(
 ) -> EvaluationReport:
     """The command's work, callable from Python: never raises for a bad task or kernel."""
     from kernelfoundry.tasks.loading import load_task
+    from kernelfoundry.tasks.shapes import shapes_for_backend
     from kernelfoundry.toolchains import BuildTarget, build
 
     try:
-        task = load_task(task_path)
+        task = shapes_for_backend(load_task(task_path), backend)
     except TaskError as exc:
         return EvaluationReport.failure(exc.reason, exc.message, compiled=False)
     language = LANGUAGE_BY_SUFFIX.get(kernel_path.suffix)

@@ -187,23 +187,37 @@ class CudaEmitter:
                 ["((r * inner) % 4 == 0)"] + [f"(((uintptr_t)q{i}) % 16 == 0)" for i in loads4.values()]
             )
             k.append(f"    if ({aligned}) {{")
-            k.append("      for (int64_t j4 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j4 < n4;")
-            k.append("           j4 += (int64_t)gridDim.x * blockDim.x) {")
+            # PER_THREAD float4 per thread, all loads issued before any math: bytes in flight hide latency
+            k.append("      const int64_t chunk = (int64_t)blockDim.x * PER_THREAD;")
+            k.append(
+                "      for (int64_t c0 = blockIdx.x * chunk; c0 < n4; c0 += (int64_t)gridDim.x * chunk) {"
+            )
             for i in loads4.values():
-                k.append(f"        const float4 w{i} = reinterpret_cast<const float4*>(q{i})[j4];")
-            k.append("        float4 res;")
+                k.append(f"        float4 w{i}[PER_THREAD];")
+            k.append("        #pragma unroll")
+            k.append("        for (int u = 0; u < PER_THREAD; ++u) {")
+            k.append("          const int64_t j4 = c0 + (int64_t)u * blockDim.x + threadIdx.x;")
+            for i in loads4.values():
+                k.append(f"          if (j4 < n4) w{i}[u] = reinterpret_cast<const float4*>(q{i})[j4];")
+            k.append("        }")
+            k.append("        #pragma unroll")
+            k.append("        for (int u = 0; u < PER_THREAD; ++u) {")
+            k.append("          const int64_t j4 = c0 + (int64_t)u * blockDim.x + threadIdx.x;")
+            k.append("          if (j4 >= n4) break;")
+            k.append("          float4 res;")
             for comp in "xyzw":
                 lane_loads = {
-                    leaf: (f"w{loads4[leaf]}.{comp}" if leaf in loads4 else loads[leaf]) for leaf in leaves
+                    leaf: (f"w{loads4[leaf]}[u].{comp}" if leaf in loads4 else loads[leaf]) for leaf in leaves
                 }
                 b2, r2 = emit(
-                    g, step, Ref(step.root.name), lambda leaf, ll=lane_loads: ll[leaf], indent="        "
+                    g, step, Ref(step.root.name), lambda leaf, ll=lane_loads: ll[leaf], indent="          "
                 )
-                k.append("        {")
+                k.append("          {")
                 k += b2
-                k.append(f"        res.{comp} = {r2};")
-                k.append("        }")
-            k.append("        reinterpret_cast<float4*>(o)[j4] = res;")
+                k.append(f"          res.{comp} = {r2};")
+                k.append("          }")
+            k.append("          reinterpret_cast<float4*>(o)[j4] = res;")
+            k.append("        }")
             k.append("      }")
             k.append(
                 "      for (int64_t j = n4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < inner;"
@@ -258,6 +272,81 @@ class CudaEmitter:
                 loads[leaf] = f"{ptr(leaf.name)}[{index}]"
         return params, args, pre, loads
 
+    def _full_leaves(self, leaves: list[Leaf]) -> list[tuple[int, Leaf]]:
+        """The leaves read element by element along the row (index k as in `_row_params`)."""
+        out = []
+        for k, leaf in enumerate(leaves):
+            n = 1
+            for d in self.graph.shapes[leaf.name]:
+                n *= d
+            if n > 1:
+                out.append((k, leaf))
+        return out
+
+    def _vec_ok(self, leaves: list[Leaf], also: tuple[str, ...] = ()) -> str:
+        """Host-side condition for the float4 row paths: rows of 4k elements, operands 16-byte aligned."""
+        ptrs = [ptr(leaf.name) for _, leaf in self._full_leaves(leaves)] + list(also)
+        return " && ".join(["(R % 4 == 0)"] + [f"(((uintptr_t){p}) % 16 == 0)" for p in ptrs])
+
+    def _vec_sweep(
+        self,
+        step: Step,
+        src: Ref,
+        leaves: list[Leaf],
+        loads: dict,
+        tid: str,
+        group: str,
+        stmt: Callable[[str], str],
+        indent: str = "    ",
+    ) -> list[str]:
+        """Stream one row [0, R) at `base` as float4: PER_THREAD loads per thread in flight, then the math.
+
+        `stmt(value)` is the statement consuming one element's value; the row length must be a multiple of 4.
+        """
+        full = self._full_leaves(leaves)
+        i2 = indent + "  "
+
+        def body(u: str) -> list[str]:
+            lines: list[str] = []
+            for comp in "xyzw":
+                lane = dict(loads)
+                for k, leaf in full:
+                    lane[leaf] = f"w{k}[{u}].{comp}"
+                b, v = self._emit(step, src, lane, i2 + "    ")
+                lines += [f"{i2}  {{", *b, f"{i2}    {stmt(v)}", f"{i2}  }}"]
+            return lines
+
+        k = [f"{indent}const int64_t n4 = R >> 2;", f"{indent}int64_t j4 = {tid};"]
+        k.append(f"{indent}for (; j4 + (int64_t)(PER_THREAD - 1) * {group} < n4;")
+        k.append(f"{indent}     j4 += (int64_t)PER_THREAD * {group}) {{")
+        for kk, _ in full:
+            k.append(f"{i2}float4 w{kk}[PER_THREAD];")
+        k.append(f"{i2}#pragma unroll")
+        k.append(f"{i2}for (int u = 0; u < PER_THREAD; ++u) {{")
+        for kk, leaf in full:
+            k.append(
+                f"{i2}  w{kk}[u] = reinterpret_cast<const float4*>({ptr(leaf.name)} + base)"
+                f"[j4 + (int64_t)u * {group}];"
+            )
+        k.append(f"{i2}}}")
+        k.append(f"{i2}#pragma unroll")
+        k.append(f"{i2}for (int u = 0; u < PER_THREAD; ++u) {{")
+        k += body("u")
+        k.append(f"{i2}}}")
+        k.append(f"{indent}}}")
+        k.append(f"{indent}for (; j4 < n4; j4 += {group}) {{")
+        for kk, leaf in full:
+            k.append(
+                f"{i2}const float4 w{kk}[1] = "
+                f"{{reinterpret_cast<const float4*>({ptr(leaf.name)} + base)[j4]}};"
+            )
+        k += body("0")
+        k.append(f"{indent}}}")
+        return k
+
+    def _emit(self, step: Step, src: Ref, loads: dict, indent: str) -> tuple[list[str], str]:
+        return emit(self.graph, step, src, lambda leaf: loads[leaf], indent=indent)
+
     def _reduce_call(self, op_code: int, v: str) -> str:
         if self._lanes:
             return f"kf_warp_reduce<{op_code}>({v})"
@@ -286,8 +375,10 @@ class CudaEmitter:
         # rows kernel (inner == 1)
         params, args, pre, loads = self._row_params(leaves, "base + j")
         body, val = emit(g, step, src, lambda leaf: loads[leaf], indent="    ")
-        k = [f"__global__ void {kname}_rows(int64_t outer, int64_t R, int splits, float* __restrict__ out"
-             + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+        vec = self.variant.vectorize and self.variant.fuse
+        vec_param = ", int vec" if vec else ""
+        k = [f"__global__ void {kname}_rows(int64_t outer, int64_t R, int splits{vec_param},"
+             " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
         k.append("  __shared__ float kf_scratch[1024 + 33];")
         k += pre
         k.append("  for (int64_t t = blockIdx.x; t < outer * splits; t += gridDim.x) {")
@@ -296,10 +387,19 @@ class CudaEmitter:
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
         k.append("    const int64_t base = o * R;")
         k.append(f"    float acc = {init};")
+        if vec:
+            k.append("    if (vec && splits == 1) {")
+            k += self._vec_sweep(
+                step, src, leaves, loads, "threadIdx.x", "blockDim.x",
+                lambda v: f"acc = {comb}(acc, {v});", indent="      ",
+            )  # fmt: skip
+            k.append("    } else {")
         k.append("    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {")
         k += ["  " + b for b in body]
         k.append(f"      acc = {comb}(acc, {val});")
         k.append("    }")
+        if vec:
+            k.append("    }")
         k.append(f"    acc = {self._reduce_call(code, 'acc')};")
         if op == "logsumexp":
             k.append("    float s = 0.0f;")
@@ -318,8 +418,9 @@ class CudaEmitter:
         k.append("}")
         warp_rows = self.variant.row_warps and not atomic
         if warp_rows:
-            k.append(f"__global__ void __launch_bounds__(256) {kname}_wrows(int64_t outer, int64_t R,"
-                     " float* __restrict__ out" + "".join(", " + p for p in params) + ") {")  # fmt: skip
+            k.append(f"__global__ void __launch_bounds__(256) {kname}_wrows(int64_t outer,"
+                     f" int64_t R{vec_param}, float* __restrict__ out"
+                     + "".join(", " + p for p in params) + ") {")  # fmt: skip
             k += pre
             k.append("  const int lane = threadIdx.x & 31;")
             k.append("  const int64_t warps = blockDim.x >> 5;")
@@ -329,10 +430,25 @@ class CudaEmitter:
             )
             k.append("    const int64_t base = o * R;")
             k.append(f"    float acc = {init};")
+            if vec:
+                k.append("    if (vec) {")
+                k += self._vec_sweep(
+                    step,
+                    src,
+                    leaves,
+                    loads,
+                    "lane",
+                    "32",
+                    lambda v: f"acc = {comb}(acc, {v});",
+                    indent="      ",
+                )
+                k.append("    } else {")
             k.append("    for (int64_t j = lane; j < R; j += 32) {")
             k += ["  " + b for b in body]
             k.append(f"      acc = {comb}(acc, {val});")
             k.append("    }")
+            if vec:
+                k.append("    }")
             k.append(f"    acc = kf_warp_reduce<{code}>(acc);")
             if op == "logsumexp":
                 k.append("    float s = 0.0f;")
@@ -378,6 +494,12 @@ class CudaEmitter:
             k.append(f"    out[t] = acc{scale};")
         k.append("  }")
         k.append("}")
+        tiled = not atomic and op != "logsumexp"
+        vcols = tiled and vec
+        if tiled:
+            k += self._tiled_cols_kernel(kname, params2, pre2, body2, val2, init, comb, scale)
+        if vcols:
+            k += self._vec_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
         self.kernels.append("\n".join(k))
         a = "".join(", " + x for x in args)
         out = [
@@ -395,16 +517,21 @@ class CudaEmitter:
         else:
             out.append("      const int splits = 1;")
         out.append("      const int64_t nb = outer * splits < 65535 * 8 ? outer * splits : 65535 * 8;")
+        varg = ""
+        if vec:
+            out.append(f"      const int vec = {self._vec_ok(leaves)};")
+            varg = ", vec"
         launch = (
             f"      if (nb > 0) {kname}_rows<<<(unsigned)nb, ROW_BLOCK, 0, st>>>"
-            f"(outer, R, splits, {ptr(step.out)}{a});"
+            f"(outer, R, splits{varg}, {ptr(step.out)}{a});"
         )
         if warp_rows:
             out.append("      if (R <= WARP_ROW_MAX) {")
             out.append("        const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
             out.append("        const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
             out.append(
-                f"        if (outer > 0) {kname}_wrows<<<nbw, 256, 0, st>>>(outer, R, {ptr(step.out)}{a});"
+                f"        if (outer > 0) {kname}_wrows<<<nbw, 256, 0, st>>>"
+                f"(outer, R{varg}, {ptr(step.out)}{a});"
             )
             out.append("      } else {")
             out.append("  " + launch)
@@ -420,13 +547,119 @@ class CudaEmitter:
             out.append(f"      cudaMemsetAsync({ptr(step.out)}, 0, sizeof(float) * cols, st);")
         else:
             out.append("      const int csplits = 1;")
+        a2 = "".join(", " + x for x in args2)
+        if vcols:
+            # enough columns for a full GPU: one thread per 4 columns, float4 rows, no shared memory
+            ok = self._vec_ok(leaves, (ptr(step.out),)).replace("(R % 4 == 0)", "(inner % 4 == 0)")
+            out.append(f"      if ({ok} && outer * (inner / 4) >= 132 * 1024) {{")
+            out.append("        const int64_t nv = (outer * (inner / 4) + 255) / 256;")
+            out.append(
+                f"        {kname}_vcols<<<(unsigned)(nv < 65535 * 8 ? nv : 65535 * 8), 256, 0, st>>>"
+                f"(outer, R, inner, {ptr(step.out)}{a2});"
+            )
+            out.append("      } else")
+        if tiled:
+            out.append("      if (inner >= 32) {  /* 32 columns x 8 row groups per block, coalesced rows */")
+            out.append("        const int64_t tb = outer * ((inner + 31) / 32);")
+            out.append(
+                f"        {kname}_tcols<<<(unsigned)(tb < 65535 * 8 ? tb : 65535 * 8), 256, 0, st>>>"
+                f"(outer, R, inner, {ptr(step.out)}{a2});"
+            )
+            out.append("      } else {")
         out.append("      const int64_t nb = (outer * inner * csplits + BLOCK - 1) / BLOCK;")
         out.append(
             f"      if (nb > 0) {kname}_cols<<<(unsigned)(nb < 65535 * 8 ? nb : 65535 * 8), BLOCK, 0, st>>>"
-            f"(outer, R, inner, csplits, {ptr(step.out)}{''.join(', ' + x for x in args2)});"
+            f"(outer, R, inner, csplits, {ptr(step.out)}{a2});"
         )
+        if tiled:
+            out.append("      }")
         out.append("    }")
         return out + self._launch_check()
+
+    def _tiled_cols_kernel(
+        self, kname: str, params: list[str], pre: list[str], body: list[str], val: str, init: str,
+        comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """Middle-dim reduction, one block per (outer, 32 columns): 8 row groups of one warp each read
+        128-byte row segments; each thread combines runs of 32 rows before its total (bounded rounding),
+        then the 8 partials meet in shared memory."""
+        k = [f"__global__ void __launch_bounds__(256) {kname}_tcols(int64_t outer, int64_t R, int64_t inner,"
+             " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+        k.append("  __shared__ float kf_part[8][33];")
+        k += pre
+        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+        k.append("  const int64_t tiles = (inner + 31) / 32;")
+        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+        k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
+        k.append(f"    float acc = {init};")
+        k.append("    if (i < inner) {")
+        k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
+        k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
+        k.append(f"        float part = {init};")
+        k.append("        #pragma unroll 8")
+        k.append("        for (int64_t j = j0; j < j1; j += 8) {")
+        k += ["    " + b for b in body]
+        k.append(f"          part = {comb}(part, {val});")
+        k.append("        }")
+        k.append(f"        acc = {comb}(acc, part);")
+        k.append("      }")
+        k.append("    }")
+        k.append("    kf_part[ty][tx] = acc;")
+        k.append("    __syncthreads();")
+        k.append("    if (ty == 0) {")
+        k.append("      float r = kf_part[0][tx];")
+        k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
+        k.append(f"      if (i < inner) out[o * inner + i] = r{scale};")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("  }")
+        k.append("}")
+        return k
+
+    def _vec_cols_kernel(
+        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], params: list[str], pre: list[str],
+        loads: dict, init: str, comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """Middle-dim reduction over wide rows: one thread per 4 adjacent columns, float4 loads of each
+        reduced row (8 in flight), runs of 32 rows combined before the total (bounded rounding)."""
+        full = self._full_leaves(leaves)
+        k = [f"__global__ void __launch_bounds__(256) {kname}_vcols(int64_t outer, int64_t R, int64_t inner,"
+             " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+        k += pre
+        k.append("  const int64_t q = inner / 4;")
+        k.append(
+            "  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < outer * q;"
+            " t += (int64_t)gridDim.x * blockDim.x) {"
+        )
+        k.append("    const int64_t o = t / q, i4 = t % q;")
+        k.append(f"    float4 acc = make_float4({init}, {init}, {init}, {init});")
+        k.append("    for (int64_t j0 = 0; j0 < R; j0 += 32) {")
+        k.append("      const int64_t j1 = j0 + 32 < R ? j0 + 32 : R;")
+        k.append(f"      float4 part = make_float4({init}, {init}, {init}, {init});")
+        k.append("      #pragma unroll 8")
+        k.append("      for (int64_t j = j0; j < j1; ++j) {")
+        for kk, leaf in full:
+            k.append(
+                f"        const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
+                " + (o * R + j) * inner)[i4];"
+            )
+        for comp in "xyzw":
+            lane = dict(loads)
+            for kk, leaf in full:
+                lane[leaf] = f"w{kk}.{comp}"
+            b, v = self._emit(step, src, lane, "          ")
+            k += ["        {", *b, f"          part.{comp} = {comb}(part.{comp}, {v});", "        }"]
+        k.append("      }")
+        for comp in "xyzw":
+            k.append(f"      acc.{comp} = {comb}(acc.{comp}, part.{comp});")
+        k.append("    }")
+        if scale:
+            k.append("    acc.x = acc.x / (float)R; acc.y = acc.y / (float)R;")
+            k.append("    acc.z = acc.z / (float)R; acc.w = acc.w / (float)R;")
+        k.append("    reinterpret_cast<float4*>(out + o * inner)[i4] = acc;")
+        k.append("  }")
+        k.append("}")
+        return k
 
     # -- rowops --------------------------------------------------------------------------------------
     def rowop(self, step: Step) -> list[str]:
@@ -471,6 +704,31 @@ class CudaEmitter:
             self.kernels.append(
                 self._row_kernel_warp(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
             )
+        vec = (
+            self.variant.vectorize
+            and self.variant.fuse
+            and (self.variant.cache_rows or self.variant.row_warps)
+        )
+        if vec:
+            for warp in (True, False) if self.variant.row_warps else (False,):
+                if not warp and not self.variant.cache_rows:
+                    continue
+                self.kernels.append(
+                    self._row_kernel_vec(
+                        kname,
+                        signature,
+                        pre,
+                        step,
+                        src,
+                        leaves,
+                        loads,
+                        value,
+                        epilogue,
+                        result,
+                        node.op,
+                        warp,
+                    )
+                )
         out = [f"    const kf_shape X = {shp(src.name)};"]
         if node.op == "group_norm":
             groups = int(node.attrs["num_groups"])
@@ -486,11 +744,23 @@ class CudaEmitter:
         a = f"(outer, R, G, C, HW, {ptr(step.out)}{''.join(', ' + x for x in args)})"
         out.append("    const unsigned nb = (unsigned)(outer < 65535 * 8 ? outer : 65535 * 8);")
         out.append("    const int64_t per = (R + ROW_BLOCK - 1) / ROW_BLOCK;")
+        if self.variant.row_warps:
+            out.append("    const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
+            out.append("    const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
+        if vec:
+            out.append(f"    const int vec = {self._vec_ok(leaves, (ptr(step.out),))};")
         out.append("    if (outer <= 0) {")
+        if vec and self.variant.row_warps:
+            # short rows: one warp per row, the row in registers as float4 (up to 16 per lane)
+            for v in (1, 2, 4, 8, 16):
+                out.append(f"    }} else if (vec && R <= WARP_ROW_MAX && R <= {128 * v}) {{")
+                out.append(f"      {kname}_vwarp<{v}><<<nbw, 256, 0, st>>>{a};")
+        if vec and self.variant.cache_rows:
+            for v in (1, 2, 4, 8, 16):
+                out.append(f"    }} else if (vec && R <= {4 * v} * (int64_t)ROW_BLOCK) {{")
+                out.append(f"      {kname}_vregs<{v}><<<nb, ROW_BLOCK, 0, st>>>{a};")
         if self.variant.row_warps:
             out.append("    } else if (R <= WARP_ROW_MAX) {")
-            out.append("      const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
-            out.append("      const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
             out.append(f"      {kname}_warp<<<nbw, 256, 0, st>>>{a};")
         if self.variant.cache_rows:
             for pt in (1, 2, 4, 8, 16, 32):
@@ -613,6 +883,102 @@ class CudaEmitter:
         k += sweep(
             "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
         )
+        k += ["  }", "}"]
+        return "\n".join(k)
+
+    def _row_kernel_vec(
+        self, kname: str, signature: str, pre: list[str], step: Step, src: Ref, leaves: list[Leaf],
+        loads: dict, value: str, epilogue: list[str], result: str, op: str, warp: bool,
+    ) -> str:  # fmt: skip
+        """The row in registers as float4 (V per thread): one 16-byte read and write per 4 elements.
+
+        `warp`: one warp per row (shuffle-only statistics); else one block of ROW_BLOCK threads per row.
+        """
+        used: set = set()
+
+        def record(leaf: Leaf) -> str:
+            used.add(leaf)
+            return loads[leaf]
+
+        emit(self.graph, step, src, record, indent="")
+        full = [(k, leaf) for k, leaf in self._full_leaves(leaves) if leaf in used]
+        neutral = "-INFINITY" if op in ("softmax", "log_softmax") else "0.0f"
+        tid, group = ("lane", "32") if warp else ("threadIdx.x", "blockDim.x")
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    #pragma unroll",
+                "    for (int i = 0; i < V; ++i) {",
+                "      #pragma unroll",
+                "      for (int c = 0; c < 4; ++c) {",
+                f"        const int64_t j = ({tid} + (int64_t)i * {group}) * 4 + c;",
+                "        if (j < R) {",
+                "          const float xv = xr[4 * i + c];",
+                f"          {stmt}",
+                "        }",
+                "      }",
+                "    }",
+            ]
+
+        name = f"{kname}_vwarp" if warp else f"{kname}_vregs"
+        bound = "256" if warp else "ROW_BLOCK"
+        k = ["template <int V>", f"__global__ void __launch_bounds__({bound}) {name}{signature} {{"]
+        if not warp:
+            k.append("  __shared__ float kf_scratch[1024 + 33];")
+        k += pre
+        if warp:
+            k.append("  const int lane = threadIdx.x & 31;")
+            k.append("  const int64_t warps = blockDim.x >> 5;")
+            k.append(
+                "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
+                " o += (int64_t)gridDim.x * warps) {"
+            )
+        else:
+            k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        k.append("    float xr[4 * V];")
+        k.append("    #pragma unroll")
+        k.append("    for (int i = 0; i < V; ++i) {")
+        k.append(f"      const int64_t j4 = {tid} + (int64_t)i * {group};")
+        k.append("      if (j4 * 4 < R) {")
+        for kk, leaf in full:
+            k.append(
+                f"        const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)} + base)[j4];"
+            )
+        for c, comp in enumerate("xyzw"):
+            lane = dict(loads)
+            for kk, leaf in full:
+                lane[leaf] = f"w{kk}.{comp}"
+            b, v = self._emit(step, src, lane, "          ")
+            k += ["        {", f"          const int64_t j = j4 * 4 + {c};", "          (void)j;", *b]
+            k += [f"          xr[4 * i + {c}] = {v};", "        }"]
+        k.append("      } else {")
+        k.append(f"        xr[4 * i] = xr[4 * i + 1] = xr[4 * i + 2] = xr[4 * i + 3] = {neutral};")
+        k.append("      }")
+        k.append("    }")
+        eps = literal(float(self._eps))
+        self._lanes = warp
+        try:
+            k += self._stats(op, eps, sweep, self.variant.online)
+        finally:
+            self._lanes = False
+        k.append("    #pragma unroll")
+        k.append("    for (int i = 0; i < V; ++i) {")
+        k.append(f"      const int64_t j4 = {tid} + (int64_t)i * {group};")
+        k.append("      if (j4 * 4 < R) {")
+        k.append("        float4 res;")
+        for c, comp in enumerate("xyzw"):
+            k += [
+                "        {",
+                f"          const int64_t j = j4 * 4 + {c};",
+                f"          const float xv = xr[4 * i + {c}];",
+            ]
+            k.append(f"          const float y = {value};")
+            k += epilogue
+            k += [f"          res.{comp} = {result};", "        }"]
+        k.append("        reinterpret_cast<float4*>(out + base)[j4] = res;")
+        k.append("      }")
+        k.append("    }")
         k += ["  }", "}"]
         return "\n".join(k)
 
