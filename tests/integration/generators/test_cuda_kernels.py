@@ -61,3 +61,64 @@ def test_warp_per_row_seeds_dispatch_short_rows_to_one_warp_each_and_compile(tmp
         chosen.append(warp)
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda c: build_unit(c.source, tmp_path), chosen))
+
+
+def test_reduction_seeds_use_float4_rows_and_fuse_a_broadcast_consumer_into_the_column_kernel() -> None:
+    rms = seeds("level1_rms_norm", batch_size=2, features=5, dim1=4, dim2=16)
+    fused = rms[1].source.code
+    assert "_fcols<<<" in fused  # mean over the features and x / rms in one kernel
+    assert "< 32) {" in fused  # the separate pointwise launch only runs when the fused kernel did not
+    layer = seeds("level1_layernorm", batch_size=2, seq_len=3, hidden=64)
+    codes = [c.source.code for c in layer]
+    assert any("_vwarp<16><<<" in c for c in codes)  # short rows: one warp each, row in registers
+    assert any("_vregs<" in c and "reinterpret_cast<float4*>(out + base)" in c for c in codes)
+    rows = seeds("level1_max_reduction", batch_size=2, dim1=5, dim2=64)
+    assert all("w0[u] = reinterpret_cast<const float4*>" in c.source.code for c in rows[1:3])
+
+
+GPU_SHAPES = [
+    ("level1_rms_norm", {"batch_size": 2, "features": 5, "dim1": 4, "dim2": 17}),  # inner 68: fused
+    ("level1_rms_norm", {"batch_size": 2, "features": 3, "dim1": 2, "dim2": 5}),  # inner 10: separate
+    ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 2048}),  # warp rows, 16 float4 per lane
+    ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 66}),  # not a multiple of 4: scalar
+    ("level1_softmax", {"batch_size": 3, "dim": 16384}),  # block rows in registers
+    ("level1_log_softmax", {"batch_size": 5, "dim": 100}),
+    ("level1_max_reduction", {"batch_size": 2, "dim1": 3, "dim2": 4100}),  # float4 sweep + remainder
+    ("level1_max_reduction", {"batch_size": 2, "dim1": 3, "dim2": 67}),
+    ("level1_sum_reduction", {"batch_size": 2, "dim1": 4096, "dim2": 40}),  # tiled columns, long sums
+    ("level1_sum_reduction", {"batch_size": 3, "dim1": 7, "dim2": 5}),  # narrow columns
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"), GPU_SHAPES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(GPU_SHAPES)]
+)
+def test_cuda_seeds_are_correct_on_awkward_shapes(name: str, shape: dict, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from kernelfoundry.evaluation import EvaluationRequest, EvaluationSettings, EvaluationWorker
+    from kernelfoundry.toolchains import BuildCache, BuildTarget, build
+
+    task = Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("odd", shape),))
+    units = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cuda", count=8)).candidates
+    target = BuildTarget("cuda", "sm_90")
+    cache = BuildCache(tmp_path)
+    worker = EvaluationWorker("cuda")
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            built = list(pool.map(lambda c: build(c.source, target, cache), units))
+        failures = []
+        for unit, b in zip(units, built, strict=True):
+            assert b.ok and b.artifact is not None, b.log
+            report = worker.evaluate(
+                EvaluationRequest(
+                    task=task, kernel=unit.source, artifact=b.artifact, device="cuda:0",
+                    settings=EvaluationSettings(),
+                )
+            )  # fmt: skip
+            if not report.correct:
+                failures.append(f"{unit.rationale}: {report.reason} {report.message}")
+        assert not failures, failures
+    finally:
+        worker.close()

@@ -97,10 +97,13 @@ class CudaEmitter:
         self.counter = 0
         self._eps = 1e-5
         self._lanes = False  # reductions across one warp's lanes (warp-per-row kernels)
+        self._steps: list[Step] = []  # the part being emitted, for fusion across adjacent steps
+        self._fused_into: dict[str, tuple[str, int]] = {}  # pointwise out -> (reduction input, d1)
 
     def unit(self, parts: list[Part], header: list[str]) -> str:
         bodies: list[str] = []
         for part in parts:
+            self._steps = part.steps
             bodies += entry_point(
                 self.graph,
                 part,
@@ -253,7 +256,13 @@ class CudaEmitter:
         out.append("    const unsigned gy = (unsigned)(rows < 65535 ? (rows > 0 ? rows : 1) : 65535);")
         out.append("    if (rows * inner > 0)")
         out.append(f"      {kname}<<<dim3(gx, gy), BLOCK, 0, st>>>({', '.join(args)});")
-        return out + self._launch_check()
+        out += self._launch_check()
+        if step.out in self._fused_into:
+            # computed by the reduction before it when that one ran the fused column kernel
+            src, d1 = self._fused_into[step.out]
+            guard = f"    if (kf_prod(&{shp(src)}, {d1}, {shp(src)}.nd) < 32) {{"
+            out = [guard, *["  " + line for line in out], "    }"]
+        return out
 
     # -- rows: loads for full / scalar leaves -------------------------------------------------------
     def _row_params(self, leaves: list[Leaf], index: str) -> tuple[list[str], list[str], list[str], dict]:
@@ -495,11 +504,19 @@ class CudaEmitter:
         k.append("  }")
         k.append("}")
         tiled = not atomic and op != "logsumexp"
-        vcols = tiled and vec
+        vcols = tiled and vec and self.variant.row_warps
+        consumer = self._column_consumer(step, src, d0, d1) if tiled and self.variant.fuse else None
         if tiled:
             k += self._tiled_cols_kernel(kname, params2, pre2, body2, val2, init, comb, scale)
         if vcols:
             k += self._vec_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
+        fused_args = ""
+        if consumer is not None:
+            k += self._fused_cols_kernel(kname, step, consumer, params2, pre2, body2, val2, init, comb, scale)
+            self._fused_into[consumer.out] = (src.name, d1)
+            fused_args = (
+                ", " + ptr(consumer.out) + "".join(", " + x for x in self._consumer_args(step, consumer))
+            )
         self.kernels.append("\n".join(k))
         a = "".join(", " + x for x in args)
         out = [
@@ -548,6 +565,14 @@ class CudaEmitter:
         else:
             out.append("      const int csplits = 1;")
         a2 = "".join(", " + x for x in args2)
+        if consumer is not None:
+            out.append("      if (inner >= 32) {  /* the reduction and its broadcast consumer in one pass */")
+            out.append("        const int64_t tb = outer * ((inner + 31) / 32);")
+            out.append(
+                f"        {kname}_fcols<<<(unsigned)(tb < 65535 * 8 ? tb : 65535 * 8), 256, 0, st>>>"
+                f"(outer, R, inner, {ptr(step.out)}{a2}{fused_args});"
+            )
+            out.append("      } else")
         if vcols:
             # enough columns for a full GPU: one thread per 4 columns, float4 rows, no shared memory
             ok = self._vec_ok(leaves, (ptr(step.out),)).replace("(R % 4 == 0)", "(inner % 4 == 0)")
@@ -610,6 +635,102 @@ class CudaEmitter:
         k.append("      float r = kf_part[0][tx];")
         k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
         k.append(f"      if (i < inner) out[o * inner + i] = r{scale};")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("  }")
+        k.append("}")
+        return k
+
+    def _column_consumer(self, step: Step, src: Ref, d0: int, d1: int) -> Step | None:
+        """The next step when it is a pointwise map over the reduction's input that reads the reduction
+        result broadcast over the reduced dims (x / rms, x - mean): then both run as one kernel."""
+        g = self.graph
+        i = next((n for n, s in enumerate(self._steps) if s is step), None)
+        if i is None or i + 1 >= len(self._steps):
+            return None
+        nxt = self._steps[i + 1]
+        xshape = tuple(g.shapes[src.name])
+        keep = tuple(1 if d0 <= n < d1 else d for n, d in enumerate(xshape))
+        if nxt.kind != "pointwise" or tuple(g.shapes[nxt.out]) != xshape or src.trail != 0:
+            return None
+        reads_result = False
+        for leaf in nxt.prologue_leaves(g):
+            shape = tuple(g.shapes[leaf.name])
+            if leaf.name == step.out:
+                if leaf.trail != 0 or shape != keep:
+                    return None
+                reads_result = True
+            elif not (_numel_of(shape) == 1 or (leaf.trail == 0 and shape == xshape)):
+                return None
+        return nxt if reads_result else None
+
+    def _consumer_leaves(self, step: Step, consumer: Step) -> list[Leaf]:
+        """The consumer's operands that the reduction kernel does not already take."""
+        taken = {leaf.name for leaf in step.prologue_leaves(self.graph)} | {step.out}
+        return [leaf for leaf in consumer.prologue_leaves(self.graph) if leaf.name not in taken]
+
+    def _consumer_args(self, step: Step, consumer: Step) -> list[str]:
+        return [ptr(leaf.name) for leaf in self._consumer_leaves(step, consumer)]
+
+    def _fused_cols_kernel(
+        self, kname: str, step: Step, consumer: Step, params: list[str], pre: list[str], body: list[str],
+        val: str, init: str, comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """`_tiled_cols_kernel` whose block then applies the consumer to its 32-column tile while that
+        tile is still in L1: the input is read from DRAM once and the consumer's output written once."""
+        g = self.graph
+        extra = self._consumer_leaves(step, consumer)
+        loads: dict = {}
+        pre2: list[str] = []
+        for k, leaf in enumerate(consumer.prologue_leaves(g)):
+            if leaf.name == step.out:
+                loads[leaf] = "red"
+            elif _numel_of(tuple(g.shapes[leaf.name])) == 1:
+                pre2.append(f"  const float pc{k} = {ptr(leaf.name)}[0];")
+                loads[leaf] = f"pc{k}"
+            else:
+                loads[leaf] = f"{ptr(leaf.name)}[(o * R + j) * inner + i]"
+        pbody, pval = emit(g, consumer, Ref(consumer.root.name), lambda leaf: loads[leaf], indent="        ")
+        cparams = [f"float* __restrict__ {ptr(consumer.out)}"]
+        cparams += [f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra]
+        k = [f"__global__ void __launch_bounds__(256) {kname}_fcols(int64_t outer, int64_t R, int64_t inner,"
+             " float* __restrict__ out" + "".join(", " + p for p in params + cparams) + ") {"]  # fmt: skip
+        k.append("  __shared__ float kf_part[8][33];")
+        k += pre + pre2
+        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+        k.append("  const int64_t tiles = (inner + 31) / 32;")
+        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+        k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
+        k.append(f"    float acc = {init};")
+        k.append("    if (i < inner) {")
+        k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
+        k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
+        k.append(f"        float part = {init};")
+        k.append("        #pragma unroll 8")
+        k.append("        for (int64_t j = j0; j < j1; j += 8) {")
+        k += ["    " + b for b in body]
+        k.append(f"          part = {comb}(part, {val});")
+        k.append("        }")
+        k.append(f"        acc = {comb}(acc, part);")
+        k.append("      }")
+        k.append("    }")
+        k.append("    kf_part[ty][tx] = acc;")
+        k.append("    __syncthreads();")
+        k.append("    if (ty == 0) {")
+        k.append("      float r = kf_part[0][tx];")
+        k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
+        k.append(f"      r = r{scale};")
+        k.append("      kf_part[0][tx] = r;")
+        k.append("      if (i < inner) out[o * inner + i] = r;")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("    const float red = kf_part[0][tx];")
+        k.append("    if (i < inner) {")
+        k.append("      #pragma unroll 8")
+        k.append("      for (int64_t j = ty; j < R; j += 8) {")
+        k += pbody
+        k.append(f"        {ptr(consumer.out)}[(o * R + j) * inner + i] = {pval};")
+        k.append("      }")
         k.append("    }")
         k.append("    __syncthreads();")
         k.append("  }")
@@ -1023,3 +1144,10 @@ class CudaEmitter:
         )
         k += ["  }", "}"]
         return "\n".join(k)
+
+
+def _numel_of(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
