@@ -77,7 +77,8 @@ def test_reduction_seeds_use_float4_rows_and_fuse_a_broadcast_consumer_into_the_
 
 
 GPU_SHAPES = [
-    ("level1_rms_norm", {"batch_size": 2, "features": 5, "dim1": 4, "dim2": 17}),  # inner 68: fused
+    ("level1_rms_norm", {"batch_size": 2, "features": 5, "dim1": 4, "dim2": 17}),  # inner 68: fused, float4
+    ("level1_rms_norm", {"batch_size": 2, "features": 6, "dim1": 5, "dim2": 7}),  # inner 35: fused, scalar
     ("level1_rms_norm", {"batch_size": 2, "features": 3, "dim1": 2, "dim2": 5}),  # inner 10: separate
     ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 2048}),  # warp rows, 16 float4 per lane
     ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 66}),  # not a multiple of 4: scalar
@@ -102,7 +103,7 @@ def test_cuda_seeds_are_correct_on_awkward_shapes(name: str, shape: dict, tmp_pa
 
     task = Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("odd", shape),))
     units = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cuda", count=8)).candidates
-    target = BuildTarget("cuda", "sm_90")
+    target = BuildTarget("cuda", "sm90")
     cache = BuildCache(tmp_path)
     worker = EvaluationWorker("cuda")
     try:
