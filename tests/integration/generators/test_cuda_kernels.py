@@ -105,7 +105,7 @@ def test_cuda_seeds_are_correct_on_awkward_shapes(name: str, shape: dict, tmp_pa
     units = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cuda", count=8)).candidates
     target = BuildTarget("cuda", "sm90")
     cache = BuildCache(tmp_path)
-    worker = EvaluationWorker("cuda")
+    worker = EvaluationWorker("cuda:0")
     try:
         with ThreadPoolExecutor(4) as pool:
             built = list(pool.map(lambda c: build(c.source, target, cache), units))

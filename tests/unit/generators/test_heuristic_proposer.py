@@ -106,9 +106,9 @@ def test_generated_units_declare_guarded_tunables() -> None:
 
 def test_glue_keeps_the_heavy_op_and_launches_the_tail() -> None:
     result = HeuristicGenerator().generate_sync(
-        GenerationRequest("r", small_task("level2_gemm_scale_gelu", batch_size=4), "cpu", count=2)
+        GenerationRequest("r", small_task("level2_gemm_scale_gelu", batch_size=4), "cpu", count=3)
     )
-    glue = result.candidates[1].source.glue
+    glue = next(c.source.glue for c in result.candidates if "fused" in c.rationale and c.source.glue)
     assert "self.gemm = nn.Linear(" in glue
     assert "kf.launch('kf_part0'" in glue
     assert "F.gelu" not in glue and "torch.gelu" not in glue
@@ -189,3 +189,103 @@ def test_fold_seed_moves_the_batch_norm_into_the_conv_and_leaves_the_activation_
     assert "F.conv2d(x, (self.conv.weight * " in folded.source.glue
     assert "torch.rsqrt(self.bn.running_var" in folded.source.glue
     assert "batch_norm" not in folded.source.code  # the unit only applies the ReLU
+
+
+# -- CPU GEMM family (linear + row-wise tail in one unit) --------------------------------------------
+
+
+def _gemm_seed(name: str = "level2_matmul_softmax", **shape: int):
+    shape = shape or {"batch_size": 4, "in_features": 8, "out_features": 16}
+    t = small_task(name, **shape)
+    found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cpu", count=8)).candidates
+    return t, [c for c in found if parse_variant(c.source.code).gemm]
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        ("level2_matmul_softmax", {"batch_size": 4, "in_features": 8, "out_features": 16}),
+        ("level2_gemm_log_softmax", {"batch_size": 4, "in_features": 8, "num_classes": 16}),
+        ("level2_gemm_scale_gelu", {"batch_size": 4, "in_features": 8, "out_features": 16}),
+        ("level2_gemm_sigmoid_sum", {"batch_size": 4, "in_features": 8, "out_features": 16}),
+    ],
+)
+def test_cpu_seeds_include_the_gemm_family_for_a_linear_with_a_row_tail(name: str, shape: dict) -> None:
+    _, gemm = _gemm_seed(name, **shape)
+    assert len(gemm) == 1
+    src = gemm[0].source
+    assert src.entry_point == "kf_forward" and not src.glue  # x, weight, bias map straight onto the unit
+    assert "kf_gemm_tile" in src.code and "k0 += KC" in src.code
+
+
+def test_gemm_family_declares_its_blocking_as_tunables_with_generic_defaults() -> None:
+    _, gemm = _gemm_seed()
+    tunables = {t.name: t for t in gemm[0].source.tunables}
+    assert {"MR", "NV", "MC", "KC", "KF_FAST_MATH", "KF_DISPATCH"} <= set(tunables)
+    assert (tunables["MR"].default, tunables["NV"].default) == (8, 2)  # 8 x 32 micro-tile, 16 accumulators
+    assert (tunables["MC"].default, tunables["KC"].default) == (64, 256)
+    for t in tunables.values():
+        assert t.default in t.values
+        assert f"#ifndef {t.name}" in gemm[0].source.code
+
+
+def test_gemm_family_is_not_offered_where_it_does_not_apply() -> None:
+    """Not for a rowop over groups of channels after a conv, nor without a linear / conv at all."""
+    for name, shape in [
+        ("level2_conv_groupnorm_tanh", {"batch_size": 1, "height": 8, "width": 8}),
+        ("level2_softmax_scale_residual", {"batch_size": 2, "dim": 16}),
+    ]:
+        t = small_task(name, **shape)
+        found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cpu", count=8)).candidates
+        assert not any(parse_variant(c.source.code).gemm for c in found), name
+    t = small_task("level2_matmul_softmax", batch_size=4, in_features=8, out_features=16)
+    cuda = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16)).candidates
+    assert not any('"gemm"' in c.source.code for c in cuda)  # CUDA units read as before the family
+
+
+def _child(t: Task, parent, mutation: str, seed: int = 0):
+    p = ParentKernel(parent.source, parent.strategy, speedup=1.0, runtime_ms=1.0)
+    req = GenerationRequest("m", t, "cpu", parent=p, mutation=mutation, seed=seed)
+    return HeuristicGenerator().generate_sync(req).candidates[0]
+
+
+def test_fusion_moves_a_fused_linear_tail_into_the_gemm_family_and_back() -> None:
+    t, gemm = _gemm_seed()
+    found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cpu", count=8)).candidates
+    fused = next(c for c in found if c.rationale.startswith("fused:"))
+    assert not parse_variant(fused.source.code).gemm and fused.source.glue
+    into = _child(t, fused, "fusion")
+    assert parse_variant(into.source.code).gemm and not into.source.glue
+    back = _child(t, gemm[0], "fusion")
+    assert not parse_variant(back.source.code).gemm and back.source.glue
+
+
+@pytest.mark.parametrize(("mutation", "names"), [("tiling", {"MC", "KC"}), ("reduction", {"MR", "NV"})])
+def test_tiling_and_reduction_of_a_gemm_parent_move_its_cache_or_register_blocking(
+    mutation: str, names: set[str]
+) -> None:
+    t, gemm = _gemm_seed()
+    for seed in range(6):
+        child = _child(t, gemm[0], mutation, seed)
+        assert child.source.code == gemm[0].source.code
+        (name,) = child.source.params
+        assert name in names
+        declared = next(x for x in child.source.tunables if x.name == name)
+        assert child.source.params[name] != declared.default
+
+
+@pytest.mark.parametrize("name", ["level2_conv_bias_relu", "level2_conv_batchnorm_relu"])
+def test_cpu_seeds_include_the_implicit_gemm_conv_for_a_conv_with_a_per_channel_tail(name: str) -> None:
+    t = small_task(name, batch_size=1, height=8, width=8)
+    found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cpu", count=8)).candidates
+    conv = [c for c in found if parse_variant(c.source.code).gemm]
+    assert len(conv) == 1
+    src = conv[0].source
+    assert src.entry_point == "kf_forward" and not src.glue  # input, parameters and buffers map straight on
+    assert "kf_conv_tile" in src.code
+    tunables = {x.name: x for x in src.tunables}
+    assert {"MR", "NV", "KF_FAST_MATH", "KF_DISPATCH"} <= set(tunables)
+    assert (tunables["MR"].default, tunables["NV"].default) == (8, 2)
+    fused = next(c for c in found if c.rationale.startswith("fused:"))
+    into = _child(t, fused, "fusion")  # the fused (library conv) parent fuses the conv in
+    assert parse_variant(into.source.code).gemm and "kf_conv_tile" in into.source.code

@@ -19,6 +19,8 @@ SMALL = {
     "level2_elementwise_chain": {"batch_size": 4, "dim": 16},
     "level2_matmul_softmax": {"batch_size": 4, "in_features": 8, "out_features": 16},
     "level2_gemm_sigmoid_sum": {"batch_size": 4, "in_features": 8, "out_features": 16},
+    "level2_gemm_log_softmax": {"batch_size": 4, "in_features": 8, "num_classes": 16},
+    "level2_gemm_scale_gelu": {"batch_size": 4, "in_features": 8, "out_features": 16},
     "level2_conv_batchnorm_relu": {"batch_size": 1, "height": 8, "width": 8},
     "level1_rms_norm": {"batch_size": 2, "features": 4, "dim1": 4, "dim2": 4},
     "level1_sum_reduction": {"batch_size": 2, "dim1": 8, "dim2": 8},
@@ -93,7 +95,7 @@ def test_tiling_mutation_of_a_conv_tail_runs_the_conv_channels_last_and_transpos
 
 def test_reduction_mutation_of_a_sum_splits_rows_across_threads_with_atomics() -> None:
     t = task("level2_gemm_sigmoid_sum")
-    fused = seeds(t, "cpu")[1]
+    fused = next(c for c in seeds(t, "cpu") if c.rationale.startswith("fused:"))
     split = child(t, "cpu", fused, "reduction")
     assert "#pragma omp atomic" in split.source.code
     assert split.strategy.parallelism == 3
@@ -131,3 +133,12 @@ def test_square_roots_in_cpu_loops_use_the_vectorisable_helper() -> None:
     fused = seeds(task("level1_rms_norm"), "cpu")[1].source.code
     body = fused[fused.index("KF_DEFINE_ABI_VERSION") :]
     assert "kf_sqrt(" in body and "sqrtf(" not in body
+
+
+def test_cpu_gemm_family_is_a_register_tile_over_cache_blocks_in_its_own_cell() -> None:
+    t = task("level2_matmul_softmax")
+    found = seeds(t, "cpu")
+    gemm = next(c for c in found if parse_variant(c.source.code).gemm)
+    assert gemm.strategy.memory == 3  # `float acc[MR][NR]` on top of `k0 += KC` slices of L1 panels
+    assert gemm.strategy.cell not in {c.strategy.cell for c in found if c is not gemm}
+    assert classify(gemm.source, reference_op_count(t.reference_source), gemm.strategy).agrees

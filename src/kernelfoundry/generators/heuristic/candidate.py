@@ -5,7 +5,9 @@ archive's classifier (kernelfoundry.domain.descriptors.classify) assigns to the 
 from the strategy: CPU `omp simd` -> memory 1, L1 tile buffers / the channels-last transpose tile -> 2
 (3 with a reduction's column accumulators on top), `omp simd reduction` -> parallelism 2, `omp atomic`
 row splits -> 3; CUDA float4 -> memory 1, __shared__ reduction scratch -> 2, tree (barriers only) -> 1,
-warp shuffles -> 2, atomics -> 3, online softmax (`m_new`) -> algorithm 2. The classifier's fusion rule
+warp shuffles -> 2, atomics -> 3, online softmax (`m_new`) -> algorithm 2; the CPU GEMM family (a
+register tile `acc[MR][NR]` over KC slices / a local panel) -> memory 3, with `omp simd reduction` row
+tails -> parallelism 2. The classifier's fusion rule
 counts math-op families in the unit, so the algorithm axis otherwise comes from the unit itself.
 """
 
@@ -15,7 +17,9 @@ import re
 
 from kernelfoundry.domain.descriptors import Descriptors, classify
 from kernelfoundry.domain.kernel import KernelSource, Tunable, TunableValue
-from kernelfoundry.generators.heuristic.cpu import CpuEmitter
+from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
+from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
+from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph
@@ -52,6 +56,16 @@ def descriptors_for(
         graph, _ = fold_affine_tails(graph)
     algorithm = classify(source, reference_ops).descriptors.algorithm
     has_sum = any(n.op in ("sum", "mean") and n.kind == "reduction" for n in graph.nodes)
+    if backend == "cpu" and variant.gemm and conv_plan(graph) is not None:
+        # a register tile (`acc[MR][NR]`) over a local `panel` for ragged tiles; pointwise tail only
+        return Descriptors(memory=3, algorithm=algorithm, parallelism=0)
+    if backend == "cpu" and variant.gemm and gemm_plan(graph) is not None:
+        # register accumulators (`acc[MR][NR]`) over KC-stepped L1 panels; the tail's row reductions
+        # are `omp simd reduction(...)` when vectorised
+        plan = gemm_plan(graph)
+        assert plan is not None
+        rows = plan.step.kind != "pointwise" and variant.vectorize
+        return Descriptors(memory=3, algorithm=algorithm, parallelism=2 if rows else 0)
     if backend == "cpu":
         parts = partition(graph, variant.fuse)
         kinds = {s.kind for p in parts for s in p.steps}
@@ -84,12 +98,23 @@ def descriptors_for(
 def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant) -> KernelSource:
     """One candidate's KernelSource for the graph; raises UnsupportedGraph when it cannot."""
     fuse = variant.fuse
+    header = [f"// KernelFoundry heuristic proposer: task `{task_name}`, backend {backend}"]
+    plan = gemm_plan(graph) if backend == "cpu" and variant.gemm else None
+    cplan = conv_plan(graph) if backend == "cpu" and variant.gemm else None
+    if plan is not None or cplan is not None:
+        if plan is not None:
+            code = gemm_unit(graph, plan, variant, header, ISA_DISPATCH)
+        else:
+            assert cplan is not None
+            code = conv_unit(graph, cplan, variant, header, ISA_DISPATCH)
+        return KernelSource(
+            language="cpp", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
+        )
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
     parts = partition(graph, fuse)
     if not parts:
         raise UnsupportedGraph("the reference has no operation a generated kernel could compute")
-    header = [f"// KernelFoundry heuristic proposer: task `{task_name}`, backend {backend}"]
     if backend == "cpu":
         code = CpuEmitter(graph, variant).unit(parts, header)
         language = "cpp"

@@ -5,7 +5,10 @@ Seeds (no parent): the direct translation and the fused variant(s) of the refere
 "reduction" moves to the next reduction strategy (CPU: sums toggle atomic row splits), "tiling" toggles
 shared-memory row caching (CUDA) / the channels-last conv tail or L1-tiled op-by-op pointwise (CPU;
 INNER_TILE where neither applies), "vectorize" toggles SIMD/float4, "parallel" changes the parallel
-decomposition, "retune" draws new tunable values. A parent with compile/mismatch feedback is repaired
+decomposition, "retune" draws new tunable values. CPU GEMM family (the linear / conv itself generated as
+a tiled / implicit GEMM, the tail its epilogue): a seed where it applies; "fusion" moves a fused parent
+into it and a GEMM parent back to the library op; "tiling" / "reduction" of a GEMM parent move its cache
+/ register blocking. A parent with compile/mismatch feedback is repaired
 by falling back to the most conservative variant. `hints` and `proposal_weights` steer which mutation
 is applied when the request names none. Deterministic for a given request seed. Never compiles or evaluates.
 """
@@ -24,6 +27,8 @@ from kernelfoundry.generators.base import (
     GenerationUsage,
 )
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
+from kernelfoundry.generators.heuristic.cpu_conv import conv_applies
+from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.layout import channels_last_source
@@ -62,6 +67,18 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
     if fold_affine_tails(graph)[1]:
         seeds.append(
             (Variant(fold=True), "per-channel affine tail folded into the heavy op's weights, rest fused")
+        )
+    # The generated GEMM families go right after the baseline: the evolver's first generation asks for
+    # `population` seeds (often 2), and these beat the library op + fused tail on the CPU tasks measured.
+    if backend == "cpu" and gemm_applies(graph):
+        seeds.insert(
+            1,
+            (Variant(gemm=True), "linear in a tiled, register-blocked GEMM; the tail fused as its epilogue"),
+        )
+    if backend == "cpu" and conv_applies(graph):
+        seeds.insert(
+            1,
+            (Variant(gemm=True), "conv as a register-blocked implicit GEMM; the tail fused into its stores"),
         )
     if backend == "cuda" and has_rowop:
         seeds.append(
@@ -104,6 +121,36 @@ def cpu_structural(graph: Graph, variant: Variant, mutation: str) -> tuple[Varia
         why = "row splits across threads, partial sums combined with omp atomic"
         return variant.with_(reduction=nxt), why if nxt == "atomic" else "one thread per row, SIMD reduction"
     return None
+
+
+_GEMM_TILES = {"tiling": ("MC", "KC"), "reduction": ("MR", "NV")}
+_GEMM_MOVES = ("fusion", "tiling", "reduction")
+
+
+def gemm_mutation(
+    graph: Graph, task: str, variant: Variant, mutation: str, request: GenerationRequest, rng: random.Random
+) -> tuple[Variant, str, KernelSource]:
+    """CPU moves into and inside the GEMM family. `fusion` of a fused parent fuses the linear too (tiled
+    GEMM, tail as its epilogue), `fusion` of a GEMM parent hands the linear back to torch (the tail stays
+    fused); `tiling` moves one cache block (MC rows / KC slice), `reduction` the register block (MR x NV
+    accumulators) to another declared value."""
+    assert request.parent is not None
+    parent = request.parent.source
+    if mutation == "fusion":
+        on = not variant.gemm
+        changed = variant.with_(gemm=on)
+        why = "linear fused into a tiled GEMM, tail as its epilogue" if on else "linear back in torch"
+        return changed, why, HeuristicGenerator._keep_params(graph, task, changed, request)
+    declared = {t.name: t for t in parent.tunables}
+    names = [n for n in _GEMM_TILES[mutation] if n in declared] or [n for n in ("MR", "NV") if n in declared]
+    if not names:
+        return variant, "new tile sizes", parent
+    name = rng.choice(names)
+    current = parent.params.get(name, declared[name].default)
+    choices = [v for v in declared[name].values if v != current] or list(declared[name].values)
+    params = {**parent.params, name: rng.choice(choices)}
+    src = KernelSource(parent.language, parent.code, parent.entry_point, parent.glue, parent.tunables, params)
+    return variant, f"GEMM blocking {name}={params[name]}", src
 
 
 def mutate(variant: Variant, mutation: str, backend: str, rng: random.Random) -> tuple[Variant, str]:
@@ -205,6 +252,16 @@ class HeuristicGenerator:
             return
         for _ in range(request.count):
             mutation = _pick_mutation(request, rng)
+            to_gemm = (
+                mutation == "fusion"
+                and parent_variant.fuse
+                and not parent_variant.fold
+                and (gemm_applies(graph) or conv_applies(graph))
+            )
+            if backend == "cpu" and (to_gemm or (parent_variant.gemm and mutation in _GEMM_MOVES)):
+                variant, why, src = gemm_mutation(graph, task, parent_variant, mutation, request, rng)
+                yield candidate(variant, mutation, why, src)
+                continue
             if backend == "cpu" and mutation in ("reduction", "tiling"):
                 changed = cpu_structural(graph, parent_variant, mutation)
                 if changed is not None:

@@ -25,9 +25,15 @@ class Variant:
     fold: bool = False  # fold per-channel affine tails into the heavy op's weights (glue)
     row_warps: bool = False  # CUDA rows: one warp per row when R <= WARP_ROW_MAX
     channels_last: bool = False  # CPU conv tails: conv in NHWC, tail transposes through a tile
+    gemm: bool = (
+        False  # CPU: the linear / conv itself generated (tiled / implicit GEMM), the tail its epilogue
+    )
 
     def line(self) -> str:
-        return "// @kf.variant " + json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        if not self.gemm:
+            del data["gemm"]  # units without the GEMM family read exactly as before it existed
+        return "// @kf.variant " + json.dumps(data, sort_keys=True)
 
     def with_(self, **changes: object) -> Variant:
         return replace(self, **changes)  # type: ignore[arg-type]

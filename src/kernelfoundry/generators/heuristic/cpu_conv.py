@@ -1,0 +1,273 @@
+"""CPU direct convolution with a fused epilogue: `nn.Conv2d` followed by a per-channel pointwise tail.
+
+Applies when the graph is one `nn.Conv2d` (stride 1, no padding, no dilation, one group) on a 4-D input
+followed by one fused pointwise step whose operands are the conv's output, per-channel tensors (a bias
+of shape (C, 1, 1), inference BatchNorm statistics) and constants. The unit takes the reference's input,
+parameters and buffers straight (no glue), and the conv output never exists in memory before its tail.
+
+The convolution is an implicit GEMM: out[n, co, oh, ow0 + j] = sum over k = (ci, kh, kw) of
+w[co, k] * x[n, ci, oh + kh, ow0 + j + kw]. For a fixed output row and k the NR = 16*NV inputs are
+contiguous in x, so the k-major B panel is read in place (`koff[k]` offsets into one image), with no
+im2col buffer; only a ragged last tile of a row is staged in a zero-padded local `panel`. Work is split
+over (image, output row) across threads; per row, every tile of NR columns is multiplied by MR output
+channels at a time in a register tile (`float acc[MR][NR]`, stored once to an L1 `ctile`), and the
+tail (bias, BatchNorm, activation) is applied on the way from `ctile` to the output, its only store.
+Tunables: MR and NV (the register tile, defaults 8 x 32 as in the GEMM family), KF_FAST_MATH,
+KF_DISPATCH. Pure string building: never compiles or runs what it emits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.plan import Leaf, Step, partition
+from kernelfoundry.generators.heuristic.prelude import PRELUDE
+from kernelfoundry.generators.heuristic.stepexpr import emit
+from kernelfoundry.generators.heuristic.variant import Variant
+
+CONV_TUNABLES = (
+    "// @kf.tunable MR in [4, 8, 16] default 8",
+    "// @kf.tunable NV in [1, 2, 4] default 2",
+    "// @kf.tunable KF_FAST_MATH in [0, 1] default 1",
+    "// @kf.tunable KF_DISPATCH in [0, 1] default 1",
+)
+_DEFAULTS = {"MR": 8, "NV": 2, "KF_DISPATCH": 1}
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """What the conv family computes: conv2d(x; weight, bias) then one pointwise step per element."""
+
+    conv: OpNode
+    x: str
+    weight: str
+    bias: str | None
+    step: Step
+    channel_leaves: tuple[str, ...]  # per-channel operands of the tail
+    scalar_leaves: tuple[str, ...]  # one-element operands of the tail
+    inputs: tuple[str, ...]  # entry-point inputs in the reference's order (inputs, parameters, buffers)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def conv_plan(graph: Graph) -> ConvPlan | None:
+    """The conv + epilogue plan of the graph, or None when the family does not apply."""
+    heavy = [n for n in graph.nodes if n.kind in ("heavy", "other")]
+    if len(heavy) != 1 or graph.nodes[0] is not heavy[0] or len(graph.outputs) != 1:
+        return None
+    conv = heavy[0]
+    fx = conv.fx_node
+    mod = graph.modules.get(str(fx.target)) if fx is not None and fx.op == "call_module" else None
+    if mod is None or type(mod).__name__ != "Conv2d":
+        return None
+    if (
+        tuple(mod.stride) != (1, 1)
+        or tuple(mod.dilation) != (1, 1)
+        or mod.groups != 1
+        or isinstance(mod.padding, str)
+        or tuple(mod.padding) != (0, 0)
+    ):
+        return None
+    src = conv.args[0] if conv.args else None
+    names = {v.name: v for v in graph.inputs}
+    if not isinstance(src, Ref) or src.name not in names or len(graph.shapes[src.name]) != 4:
+        return None
+    by_qual = {v.qualname: v.name for v in graph.inputs}
+    weight = by_qual.get(f"{fx.target}.weight")
+    bias = by_qual.get(f"{fx.target}.bias")
+    if weight is None or (mod.bias is not None) != (bias is not None):
+        return None
+    try:
+        parts = partition(graph, True)
+    except UnsupportedGraph:
+        return None
+    if len(parts) != 1 or len(parts[0].steps) != 1:
+        return None
+    step = parts[0].steps[0]
+    out_shape = tuple(conv.shape)
+    if step.kind != "pointwise" or step.out != graph.outputs[0]:
+        return None
+    if tuple(graph.shapes[step.out]) != out_shape:
+        return None
+    channels, scalars = [], []
+    for leaf in step.leaves(graph):
+        shape = tuple(graph.shapes[leaf.name]) + (1,) * leaf.trail
+        if leaf.name == conv.name and leaf.trail == 0:
+            continue
+        if leaf.name not in names:
+            return None
+        if _numel(shape) == 1:
+            scalars.append(leaf.name)
+        elif shape[-3:] == (out_shape[1], 1, 1) and _numel(shape) == out_shape[1]:
+            channels.append(leaf.name)
+        else:
+            return None
+    if conv.name not in {leaf.name for leaf in step.leaves(graph)}:
+        return None
+    return ConvPlan(
+        conv,
+        src.name,
+        weight,
+        bias,
+        step,
+        tuple(dict.fromkeys(channels)),
+        tuple(dict.fromkeys(scalars)),
+        tuple(v.name for v in graph.inputs),
+    )
+
+
+def conv_applies(graph: Graph) -> bool:
+    return conv_plan(graph) is not None
+
+
+_MICRO = r"""#define NR (16 * NV)
+
+/* One MR x NR tile: ctile[i][j] = sum_k wr[i][k] * b_k[j], with b_k = base + koff[k] (NR contiguous
+   inputs for each k); the sums live in a register tile (`acc`) and are stored once. */
+static inline __attribute__((always_inline)) void kf_conv_tile(
+    const float* const* wr, int64_t kk, const float* __restrict base, const int64_t* __restrict koff,
+    float* __restrict ctile) {
+  float acc[MR][NR];
+  for (int i = 0; i < MR; ++i) {
+    #pragma omp simd
+    for (int j = 0; j < NR; ++j) acc[i][j] = 0.0f;
+  }
+  for (int64_t k = 0; k < kk; ++k) {
+    const float* __restrict b = base + koff[k];
+    for (int i = 0; i < MR; ++i) {
+      const float a = wr[i][k];
+      #pragma omp simd
+      for (int j = 0; j < NR; ++j) acc[i][j] += a * b[j];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    #pragma omp simd
+    for (int j = 0; j < NR; ++j) ctile[i * NR + j] = acc[i][j];
+  }
+}
+"""
+
+
+def conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str], dispatch: str) -> str:
+    """The whole translation unit: tunables, prelude, micro-kernel and the `kf_forward` entry point."""
+    lines = [*header, variant.line(), *CONV_TUNABLES]
+    for name, value in _DEFAULTS.items():
+        lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
+    lines += [
+        "#ifndef KF_FAST_MATH",
+        f"#define KF_FAST_MATH {int(variant.vectorize)}",
+        "#endif",
+        dispatch,
+        PRELUDE,
+        "#include <omp.h>",
+        "",
+        "KF_DEFINE_ABI_VERSION()",
+        "",
+        _MICRO,
+    ]
+    w = lines.append
+    idx = {name: i for i, name in enumerate(plan.inputs)}
+    w("KF_EXPORT KF_CPU_ENTRY int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
+    w("                                     int32_t n_outputs, void* stream) {")
+    w(f"  if (n_inputs != {len(plan.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;")
+    w("  kf_shape sx, sw, so;")
+    for var, name in (("sx", plan.x), ("sw", plan.weight)):
+        w(f"  if (!kf_tensor_ok(&inputs[{idx[name]}]) || !kf_shape_of(&inputs[{idx[name]}], &{var}) ||")
+        w(f"      {var}.nd != 4) return KF_ERR_BAD_ARGUMENTS;")
+    w("  const int64_t NB = sx.d[0], CI = sx.d[1], H = sx.d[2], W = sx.d[3];")
+    w("  const int64_t CO = sw.d[0], KH = sw.d[2], KW = sw.d[3], OH = H - KH + 1, OW = W - KW + 1;")
+    w("  if (sw.d[1] != CI || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
+    w("  const int64_t KK = CI * KH * KW;")
+    w(f"  const float* __restrict X = KF_DATA(const float, &inputs[{idx[plan.x]}]);")
+    w(f"  const float* __restrict Wt = KF_DATA(const float, &inputs[{idx[plan.weight]}]);")
+    per_channel = ([plan.bias] if plan.bias else []) + list(plan.channel_leaves)
+    for k, name in enumerate(per_channel):
+        w(f"  kf_shape sc{k};")
+        w(f"  if (!kf_tensor_ok(&inputs[{idx[name]}]) || !kf_shape_of(&inputs[{idx[name]}], &sc{k}) ||")
+        w(f"      kf_prod(&sc{k}, 0, sc{k}.nd) != CO) return KF_ERR_BAD_ARGUMENTS;")
+        w(f"  const float* __restrict C{k} = KF_DATA(const float, &inputs[{idx[name]}]);")
+    for k, name in enumerate(plan.scalar_leaves):
+        w(f"  if (!kf_tensor_ok(&inputs[{idx[name]}])) return KF_ERR_BAD_ARGUMENTS;")
+        w(f"  const float S{k} = KF_DATA(const float, &inputs[{idx[name]}])[0];")
+    w("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so) || so.nd != 4 || so.d[0] != NB ||")
+    w("      so.d[1] != CO || so.d[2] != OH || so.d[3] != OW) return KF_ERR_BAD_ARGUMENTS;")
+    w("  float* __restrict O = KF_DATA(float, &outputs[0]);")
+    w("  int64_t* koff = (int64_t*)malloc(sizeof(int64_t) * (size_t)KK);")
+    w("  if (!koff) return KF_ERR_LAUNCH;")
+    w("  for (int64_t ci = 0; ci < CI; ++ci)")
+    w("    for (int64_t kh = 0; kh < KH; ++kh)")
+    w("      for (int64_t kw = 0; kw < KW; ++kw) koff[(ci * KH + kh) * KW + kw] = (ci * H + kh) * W + kw;")
+    w("  const int64_t ntiles = (OW + NR - 1) / NR;")
+    w("  #pragma omp parallel")
+    w("  {")
+    w("    /* a ragged last tile of a row, zero-padded, with the same k-major offsets */")
+    w("    float* panel = (float*)aligned_alloc(64, sizeof(float) * (size_t)(KK * NR));")
+    w("    int64_t* poff = (int64_t*)malloc(sizeof(int64_t) * (size_t)KK);")
+    w("    alignas(64) float ctile[MR * NR];")
+    w("    for (int64_t k = 0; k < KK; ++k) poff[k] = k * NR;")
+    w("    #pragma omp for schedule(static)")
+    w("    for (int64_t t = 0; t < NB * OH; ++t) {")
+    w("      const int64_t n = t / OH, oh = t % OH;")
+    w("      const float* __restrict xrow = X + (n * CI * H + oh) * W;")
+    w("      for (int64_t tile = 0; tile < ntiles; ++tile) {")
+    w("        const int64_t ow0 = tile * NR, nw = OW - ow0 < NR ? OW - ow0 : NR;")
+    w("        const float* base = xrow + ow0;")
+    w("        const int64_t* offs = koff;")
+    w("        if (nw < NR) {")
+    w("          for (int64_t k = 0; k < KK; ++k)")
+    w("            for (int64_t j = 0; j < NR; ++j) panel[k * NR + j] = j < nw ? base[koff[k] + j] : 0.0f;")
+    w("          base = panel;")
+    w("          offs = poff;")
+    w("        }")
+    w("        for (int64_t co0 = 0; co0 < CO; co0 += MR) {")
+    w("          const int64_t nco = CO - co0 < MR ? CO - co0 : MR;")
+    w("          const float* wr[MR];")
+    w("          for (int i = 0; i < MR; ++i) wr[i] = Wt + (co0 + (i < nco ? i : nco - 1)) * KK;")
+    w("          kf_conv_tile(wr, KK, base, offs, ctile);")
+    w("          for (int64_t i = 0; i < nco; ++i) {")
+    w("            const int64_t co = co0 + i;")
+    w("            float* __restrict orow = O + ((n * CO + co) * OH + oh) * OW + ow0;")
+    lines += _tail(graph, plan, variant)
+    w("          }")
+    w("        }")
+    w("      }")
+    w("    }")
+    w("    free(panel);")
+    w("    free(poff);")
+    w("  }")
+    w("  free(koff);")
+    w("  (void)stream;")
+    w("  return KF_OK;")
+    w("}")
+    w("")
+    return "\n".join(lines)
+
+
+def _tail(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
+    conv = plan.conv.name
+    channel = {name: f"C{k + int(bool(plan.bias))}" for k, name in enumerate(plan.channel_leaves)}
+    scalar = {name: f"S{k}" for k, name in enumerate(plan.scalar_leaves)}
+    bias = " + C0[co]" if plan.bias else ""
+
+    def load(leaf: Leaf) -> str:
+        if leaf.name == conv:
+            return f"(ctile[i * NR + j]{bias})"
+        if leaf.name in channel:
+            return f"{channel[leaf.name]}[co]"
+        return scalar[leaf.name]
+
+    body, val = emit(graph, plan.step, Ref(plan.step.root.name), load, indent="              ")
+    simd = ["            #pragma omp simd"] if variant.vectorize else []
+    return [
+        *simd,
+        "            for (int64_t j = 0; j < nw; ++j) {",
+        *body,
+        f"              orow[j] = {val};",
+        "            }",
+    ]

@@ -1,0 +1,287 @@
+"""CPU tiled GEMM with a fused epilogue: `nn.Linear` followed by a row-wise tail, in one entry point.
+
+Applies when the graph is one `nn.Linear` on a 2-D input followed by one fused step that reads only the
+linear's output (and constants): a pointwise chain, a softmax / log-softmax over the features (with its
+pointwise epilogue), or a sum / mean / amax / amin over the features. The unit takes the reference's
+input, weight and bias straight (no glue): y = x W^T + b never exists in memory as a whole.
+
+Structure (BLIS-like, written so g++ vectorises it; the AVX-512 clone of `KF_CPU_ENTRY` runs here):
+- W is packed once per call into panels of NR = 16*NV output features, k-major (`bpanel`), zero-padded;
+- rows are split in blocks of MC rows across threads; per block, K is walked in KC slices and every
+  panel is multiplied by MR rows at a time in a register-blocked micro-kernel (`float acc[MR][NR]`,
+  MR x NV vector registers once vectorised, one broadcast of x per row and k), so the KC x NR panel
+  stays in L1 and the block's rows of x in L2; the KC slices give blocked (not sequential) accumulation
+  over long K;
+- when a block is done, the tail runs over its rows while they are hot in L2 (one `cbuf` per thread):
+  bias add, the pointwise chain / the softmax passes / the row reduction, and the output is written once.
+
+Tunables: MC (rows per block: the parallel split over threads, GEMM reuse of each W panel, and how much
+of the tail stays in L2), KC (K slice: L1 panel size), MR (rows per micro-tile), NV (16-float vectors
+per micro-tile row). The defaults are generic choices fixed before any task ran: an 8 x 32 micro-tile
+(16 accumulators, half the AVX-512 register file), a KC x NR panel of 32 KiB (an L1d), 64-row blocks.
+Pure string building: never compiles or runs what it emits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelfoundry.generators.heuristic.entry import reduce_range
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.plan import Leaf, Step, partition
+from kernelfoundry.generators.heuristic.prelude import PRELUDE
+from kernelfoundry.generators.heuristic.stepexpr import emit
+from kernelfoundry.generators.heuristic.variant import Variant
+
+# Declared in the order a coordinate sweep visits them: the cache blocks first (they move with the shape
+# and the core count), then the register block (it moves with the ISA).
+GEMM_TUNABLES = (
+    "// @kf.tunable MC in [16, 32, 64, 128, 256] default 64",
+    "// @kf.tunable KC in [64, 128, 256, 512] default 256",
+    "// @kf.tunable MR in [4, 6, 8, 12] default 8",
+    "// @kf.tunable NV in [1, 2, 4] default 2",
+    "// @kf.tunable KF_FAST_MATH in [0, 1] default 1",
+    "// @kf.tunable KF_DISPATCH in [0, 1] default 1",
+)
+_DEFAULTS = {"MC": 64, "KC": 256, "MR": 8, "NV": 2, "KF_DISPATCH": 1}
+_ROW_REDUCTIONS = ("sum", "mean", "amax", "amin")
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """What the GEMM family computes: linear(x; weight, bias) then one fused step over its rows."""
+
+    linear: OpNode
+    x: str
+    weight: str
+    bias: str | None
+    step: Step
+    inputs: tuple[str, ...]  # entry-point inputs in the reference's order (inputs, then parameters)
+
+
+def gemm_plan(graph: Graph) -> GemmPlan | None:
+    """The GEMM + epilogue plan of the graph, or None when the family does not apply."""
+    heavy = [n for n in graph.nodes if n.kind in ("heavy", "other")]
+    if len(heavy) != 1 or graph.nodes[0] is not heavy[0] or len(graph.outputs) != 1:
+        return None
+    lin = heavy[0]
+    mod = graph.modules.get(str(lin.fx_node.target)) if lin.fx_node is not None else None
+    if mod is None or type(mod).__name__ != "Linear" or lin.fx_node.op != "call_module":
+        return None
+    src = lin.args[0] if lin.args else None
+    names = {v.name: v for v in graph.inputs}
+    if not isinstance(src, Ref) or src.name not in names or len(graph.shapes[src.name]) != 2:
+        return None
+    by_qual = {v.qualname: v.name for v in graph.inputs}
+    weight = by_qual.get(f"{lin.fx_node.target}.weight")
+    bias = by_qual.get(f"{lin.fx_node.target}.bias")
+    if weight is None or (mod.bias is not None) != (bias is not None):
+        return None
+    if any(v.kind == "buffer" for v in graph.inputs):
+        return None
+    try:
+        parts = partition(graph, True)
+    except UnsupportedGraph:
+        return None
+    if len(parts) != 1 or len(parts[0].steps) != 1 or parts[0].inputs != [lin.name]:
+        return None
+    step = parts[0].steps[0]
+    if step.out != graph.outputs[0] or set(step.leaves(graph)) != {Leaf(lin.name)}:
+        return None
+    root = step.root
+    if step.kind == "pointwise":
+        if tuple(graph.shapes[step.out]) != tuple(lin.shape):
+            return None
+    elif step.kind == "reduction":
+        if root.op not in _ROW_REDUCTIONS or reduce_range(root, 2)[:2] != (1, 2):
+            return None
+    elif root.op not in ("softmax", "log_softmax") or reduce_range(root, 2)[:2] != (1, 2):
+        return None
+    return GemmPlan(lin, src.name, weight, bias, step, tuple(v.name for v in graph.inputs))
+
+
+def gemm_applies(graph: Graph) -> bool:
+    return gemm_plan(graph) is not None
+
+
+_MICRO = r"""#define NR (16 * NV)
+
+/* One MR x NR tile of c (leading dimension ldc) += rows ar[0..MR) of x times a k-major KC x NR panel;
+   the accumulators are a register tile (MR * NV vector registers once vectorised). */
+static inline __attribute__((always_inline)) void kf_gemm_tile(
+    const float* const* ar, int64_t k0, const float* __restrict bpanel, float* __restrict c, int64_t ldc,
+    int64_t kc, int first) {
+  float acc[MR][NR];
+  for (int i = 0; i < MR; ++i) {
+    #pragma omp simd
+    for (int j = 0; j < NR; ++j) acc[i][j] = first ? 0.0f : c[i * ldc + j];
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* __restrict b = bpanel + k * NR;
+    for (int i = 0; i < MR; ++i) {
+      const float a = ar[i][k0 + k];
+      #pragma omp simd
+      for (int j = 0; j < NR; ++j) acc[i][j] += a * b[j];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    #pragma omp simd
+    for (int j = 0; j < NR; ++j) c[i * ldc + j] = acc[i][j];
+  }
+}
+"""
+
+
+def _tail(graph: Graph, plan: GemmPlan, variant: Variant) -> list[str]:
+    """The epilogue over one finished row `crow` (bias not yet added), writing the output row."""
+    step = plan.step
+    root = step.root
+    simd = "#pragma omp simd " if variant.vectorize else ""
+    bias = " + bz[j]" if plan.bias else ""
+    lin = plan.linear.name
+
+    def load(leaf: Leaf) -> str:
+        assert leaf.name == lin
+        return f"(crow[j]{bias})"
+
+    out: list[str] = []
+    if step.kind == "pointwise":
+        body, val = emit(graph, step, Ref(root.name), load, indent="          ")
+        out += [f"        {simd}".rstrip(), "        for (int64_t j = 0; j < N; ++j) {", *body]
+        out += [f"          orow[j] = {val};", "        }"]
+        return out
+    src = root.args[0]
+    assert isinstance(src, Ref)
+    xb, xv = emit(graph, step, src, load, indent="          ")
+    if step.kind == "reduction":
+        op = root.op
+        init = {"sum": "0.0f", "mean": "0.0f", "amax": "-INFINITY", "amin": "INFINITY"}[op]
+        red = {"amax": "max", "amin": "min"}.get(op, "+")
+        comb = {
+            "amax": f"acc = acc > {xv} ? acc : {xv};",
+            "amin": f"acc = acc < {xv} ? acc : {xv};",
+        }.get(op, f"acc += {xv};")
+        out += [f"        float acc = {init};"]
+        out += [f"        {simd}reduction({red}:acc)" if simd else ""]
+        out += ["        for (int64_t j = 0; j < N; ++j) {", *xb, f"          {comb}", "        }"]
+        out += ["        orow[0] = acc / (float)N;" if op == "mean" else "        orow[0] = acc;"]
+        return [line for line in out if line]
+
+    def loop(red: str, stmt: str, pre: list[str]) -> None:
+        out.append(f"        {simd}reduction({red})" if simd else "")
+        out.extend(["        for (int64_t j = 0; j < N; ++j) {", *pre, f"          {stmt}", "        }"])
+
+    out.append("        float m = -INFINITY, s = 0.0f;")
+    loop("max:m", f"m = m > {xv} ? m : {xv};", xb)
+    if root.op == "softmax":
+        # exp once per element, kept in the output row (L1/L2-resident), then scaled in place
+        loop("+:s", f"const float e = kf_exp({xv} - m); orow[j] = e; s += e;", xb)
+        out.append("        const float inv = 1.0f / s;")
+        value, pre = "orow[j] * inv", []
+    else:
+        loop("+:s", f"s += kf_exp({xv} - m);", xb)
+        out.append("        const float ls = logf(s);")
+        value, pre = f"({xv} - m - ls)", xb
+    out += [f"        {simd}".rstrip(), "        for (int64_t j = 0; j < N; ++j) {", *pre]
+    out.append(f"          const float y = {value};")
+    if step.epilogue:
+        eb, ev = emit(graph, step, Ref(step.out), load, root_var="y", indent="          ")
+        out += [*eb, f"          orow[j] = {ev};"]
+    else:
+        out.append("          orow[j] = y;")
+    out.append("        }")
+    return [line for line in out if line]
+
+
+def gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[str], dispatch: str) -> str:
+    """The whole translation unit: tunables, prelude, micro-kernel and the `kf_forward` entry point."""
+    lines = [*header, variant.line(), *GEMM_TUNABLES]
+    for name, value in _DEFAULTS.items():
+        lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
+    lines += [
+        "#ifndef KF_FAST_MATH",
+        f"#define KF_FAST_MATH {int(variant.vectorize)}",
+        "#endif",
+        dispatch,
+        PRELUDE,
+        "#include <omp.h>",
+        "",
+        "KF_DEFINE_ABI_VERSION()",
+        "",
+        _MICRO,
+    ]
+    out_rows = "1" if plan.step.kind == "reduction" else "N"
+    w = lines.append
+    w("KF_EXPORT KF_CPU_ENTRY int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
+    w("                                     int32_t n_outputs, void* stream) {")
+    w(f"  if (n_inputs != {len(plan.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;")
+    w("  kf_shape sx, sw, so;")
+    ix, iw = plan.inputs.index(plan.x), plan.inputs.index(plan.weight)
+    w(f"  if (!kf_tensor_ok(&inputs[{ix}]) || !kf_shape_of(&inputs[{ix}], &sx) || sx.nd != 2)")
+    w("    return KF_ERR_BAD_ARGUMENTS;")
+    w(f"  if (!kf_tensor_ok(&inputs[{iw}]) || !kf_shape_of(&inputs[{iw}], &sw) || sw.nd != 2)")
+    w("    return KF_ERR_BAD_ARGUMENTS;")
+    w("  const int64_t M = sx.d[0], K = sx.d[1], N = sw.d[0];")
+    w("  if (sw.d[1] != K) return KF_ERR_BAD_ARGUMENTS;")
+    w(f"  const float* __restrict X = KF_DATA(const float, &inputs[{ix}]);")
+    w(f"  const float* __restrict W = KF_DATA(const float, &inputs[{iw}]);")
+    if plan.bias:
+        ib = plan.inputs.index(plan.bias)
+        w("  kf_shape sb;")
+        w(f"  if (!kf_tensor_ok(&inputs[{ib}]) || !kf_shape_of(&inputs[{ib}], &sb) || sb.nd != 1 ||")
+        w("      sb.d[0] != N) return KF_ERR_BAD_ARGUMENTS;")
+        w(f"  const float* __restrict bz = KF_DATA(const float, &inputs[{ib}]);")
+    w("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so)) return KF_ERR_BAD_ARGUMENTS;")
+    w(f"  if (kf_prod(&so, 0, so.nd) != M * {out_rows} || (so.nd >= 1 && so.d[0] != M))")
+    w("    return KF_ERR_BAD_ARGUMENTS;")
+    w("  float* __restrict O = KF_DATA(float, &outputs[0]);")
+    w("  const int64_t npanels = (N + NR - 1) / NR, npad = npanels * NR;")
+    w("  const int64_t crows = (MC + MR - 1) / MR * MR;")
+    w("  float* bpanel = (float*)aligned_alloc(64, sizeof(float) * (size_t)(npad * (K > 0 ? K : 1)));")
+    w("  /* one block of finished rows per thread, where the tail reads them while they are in L2 */")
+    w("  const int nthreads = omp_get_max_threads();")
+    w("  float* cbufs = (float*)aligned_alloc(64, sizeof(float) * (size_t)(nthreads * crows * npad));")
+    w("  if (!bpanel || !cbufs) { free(bpanel); free(cbufs); return KF_ERR_LAUNCH; }")
+    w("  #pragma omp parallel num_threads(nthreads)")
+    w("  {")
+    w("    /* pack W into k-major panels of NR features (zero-padded): bpanel[p][k][NR] */")
+    w("    #pragma omp for schedule(static)")
+    w("    for (int64_t p = 0; p < npanels; ++p) {")
+    w("      float* __restrict dst = bpanel + p * K * NR;")
+    w("      for (int64_t jj = 0; jj < NR; ++jj) {")
+    w("        const int64_t n = p * NR + jj;")
+    w("        if (n < N) { for (int64_t k = 0; k < K; ++k) dst[k * NR + jj] = W[n * K + k]; }")
+    w("        else { for (int64_t k = 0; k < K; ++k) dst[k * NR + jj] = 0.0f; }")
+    w("      }")
+    w("    }")
+    w("    float* cbuf = cbufs + (size_t)omp_get_thread_num() * (size_t)(crows * npad);")
+    w("    const int64_t nblocks = (M + MC - 1) / MC;")
+    w("    #pragma omp for schedule(static)")
+    w("    for (int64_t blk = 0; blk < nblocks; ++blk) {")
+    w("      const int64_t m0 = blk * MC, m1 = m0 + MC < M ? m0 + MC : M;")
+    w("      if (K == 0) for (int64_t i = 0; i < crows * npad; ++i) cbuf[i] = 0.0f;  /* y = bias */")
+    w("      for (int64_t k0 = 0; k0 < K; k0 += KC) {")
+    w("        const int64_t kc = k0 + KC < K ? KC : K - k0;")
+    w("        for (int64_t p = 0; p < npanels; ++p) {")
+    w("          const float* __restrict bp = bpanel + (p * K + k0) * NR;")
+    w("          for (int64_t m = m0; m < m1; m += MR) {")
+    w("            const float* ar[MR];")
+    w("            for (int i = 0; i < MR; ++i) ar[i] = X + (m + i < m1 ? m + i : m1 - 1) * K;")
+    w("            kf_gemm_tile(ar, k0, bp, cbuf + (m - m0) * npad + p * NR, npad, kc, k0 == 0);")
+    w("          }")
+    w("        }")
+    w("      }")
+    w("      for (int64_t r = m0; r < m1; ++r) {")
+    w("        const float* __restrict crow = cbuf + (r - m0) * npad;")
+    w(f"        float* __restrict orow = O + r * {out_rows};")
+    lines += _tail(graph, plan, variant)
+    w("      }")
+    w("    }")
+    w("  }")
+    w("  free(cbufs);")
+    w("  free(bpanel);")
+    w("  (void)stream;")
+    w("  return KF_OK;")
+    w("}")
+    w("")
+    return "\n".join(lines)
