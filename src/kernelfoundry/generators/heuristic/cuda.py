@@ -517,9 +517,6 @@ class CudaEmitter:
                 k += self._fused_cols_kernel4(
                     kname, step, src, leaves, consumer, params2, pre2, loads2, init, comb, scale
                 )
-                k += self._fused_cols_kernel4_regs(
-                    kname, step, src, leaves, consumer, params2, pre2, loads2, init, comb, scale
-                )
             self._fused_into[consumer.out] = (src.name, d1)
             fused_args = (
                 ", " + ptr(consumer.out) + "".join(", " + x for x in self._consumer_args(step, consumer))
@@ -579,14 +576,6 @@ class CudaEmitter:
             ok = self._vec_ok(leaves, (ptr(step.out), ptr(consumer.out), *full))
             out.append(f"      if (inner >= 32 && {ok.replace('(R % 4 == 0)', '(inner % 4 == 0)')}) {{")
             out.append("        const int64_t tb = outer * ((inner / 4 + 31) / 32);")
-            for v in (1, 2, 4, 8):  # short reduced dims: each thread keeps its rows in registers
-                out.append(f"        {'' if v == 1 else 'else '}if (R <= {8 * v})")
-                out.append(
-                    f"          {kname}_fcols4r<{v}>"
-                    "<<<(unsigned)(tb < 65535 * 8 ? tb : 65535 * 8), 256, 0, st>>>"
-                    f"(outer, R, inner, {ptr(step.out)}{a2}{fused_args});"
-                )
-            out.append("        else")
             out.append(
                 f"        {kname}_fcols4<<<(unsigned)(tb < 65535 * 8 ? tb : 65535 * 8), 256, 0, st>>>"
                 f"(outer, R, inner, {ptr(step.out)}{a2}{fused_args});"
@@ -784,100 +773,6 @@ class CudaEmitter:
                 g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
             )
             k += ["        {", *b, f"          res.{comp} = {v};", "        }"]
-        k.append(f"        reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner)[i4] = res;")
-        k.append("      }")
-        k.append("    }")
-        k.append("    __syncthreads();")
-        k.append("  }")
-        k.append("}")
-        return k
-
-    def _fused_cols_kernel4_regs(
-        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], consumer: Step, params: list[str],
-        pre: list[str], loads: dict, init: str, comb: str, scale: str,
-    ) -> list[str]:  # fmt: skip
-        """`_fused_cols_kernel4` for reduced dims of at most 8 * V rows: each thread keeps its V rows of
-        the reduction's operands in registers, so the consumer reads them from there, not from memory."""
-        g = self.graph
-        extra = self._consumer_leaves(step, consumer)
-        full = self._full_leaves(leaves)
-        cached = {leaf.name: kk for kk, leaf in full}
-        cparams = [f"float* __restrict__ {ptr(consumer.out)}"]
-        cparams += [f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra]
-        k = ["template <int V>"]
-        k += [f"__global__ void __launch_bounds__(256) {kname}_fcols4r(int64_t outer, int64_t R,"
-              " int64_t inner,"
-              " float* __restrict__ out" + "".join(", " + p for p in params + cparams) + ") {"]  # fmt: skip
-        k.append("  __shared__ float4 kf_part4[8][32];")
-        k += pre
-        cloads: dict = {}
-        cfull: list[tuple[int, Leaf]] = []
-        for n, leaf in enumerate(consumer.prologue_leaves(g)):
-            if leaf.name == step.out:
-                cloads[leaf] = "red4.{c}"
-            elif self._is_scalar(leaf):
-                k.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
-                cloads[leaf] = f"pc{n}"
-            elif leaf.name in cached and leaf.trail == 0:
-                cloads[leaf] = f"cw{cached[leaf.name]}[v].{{c}}"
-            else:
-                cfull.append((n, leaf))
-                cloads[leaf] = f"p{n}.{{c}}"
-        i4 = f"make_float4({init}, {init}, {init}, {init})"
-        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
-        k.append("  const int64_t q = inner / 4, tiles = (q + 31) / 32;")
-        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
-        k.append("    const int64_t o = b / tiles, i4 = (b % tiles) * 32 + tx;")
-        k.append(f"    float4 acc = {i4};")
-        for kk, _ in full:
-            k.append(f"    float4 cw{kk}[V];")
-        k.append("    #pragma unroll")
-        k.append("    for (int v = 0; v < V; ++v) {")
-        k.append("      const int64_t j = ty + 8 * (int64_t)v;")
-        k.append("      if (i4 < q && j < R) {")
-        for kk, leaf in full:
-            k.append(
-                f"        cw{kk}[v] = reinterpret_cast<const float4*>({ptr(leaf.name)}"
-                " + (o * R + j) * inner)[i4];"
-            )
-        for comp in "xyzw":
-            lane = dict(loads)
-            for kk, leaf in full:
-                lane[leaf] = f"cw{kk}[v].{comp}"
-            b, v = self._emit(step, src, lane, "          ")
-            k += ["        {", *b, f"          acc.{comp} = {comb}(acc.{comp}, {v});", "        }"]
-        k.append("      }")
-        k.append("    }")
-        k.append("    kf_part4[ty][tx] = acc;")
-        k.append("    __syncthreads();")
-        k.append("    if (ty == 0) {")
-        k.append("      float4 r = kf_part4[0][tx];")
-        k.append("      for (int y = 1; y < 8; ++y) {")
-        k += [f"        r.{c} = {comb}(r.{c}, kf_part4[y][tx].{c});" for c in "xyzw"]
-        k.append("      }")
-        if scale:
-            k += [f"      r.{c} = r.{c}{scale};" for c in "xyzw"]
-        k.append("      kf_part4[0][tx] = r;")
-        k.append("      if (i4 < q) reinterpret_cast<float4*>(out + o * inner)[i4] = r;")
-        k.append("    }")
-        k.append("    __syncthreads();")
-        k.append("    const float4 red4 = kf_part4[0][tx];")
-        k.append("    #pragma unroll")
-        k.append("    for (int v = 0; v < V; ++v) {")
-        k.append("      const int64_t j = ty + 8 * (int64_t)v;")
-        k.append("      if (i4 < q && j < R) {")
-        for n, leaf in cfull:
-            k.append(
-                f"        const float4 p{n} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
-                " + (o * R + j) * inner)[i4];"
-            )
-        k.append("        float4 res;")
-        for comp in "xyzw":
-            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
-            b, val = emit(
-                g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
-            )
-            k += ["        {", *b, f"          res.{comp} = {val};", "        }"]
         k.append(f"        reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner)[i4] = res;")
         k.append("      }")
         k.append("    }")
