@@ -66,6 +66,27 @@ def _descriptors(message: object) -> Descriptors:
     return Descriptors(message.memory, message.algorithm, message.parallelism)  # type: ignore[attr-defined]
 
 
+def _shape_timings(details_json: str) -> list[evaluation_pb2.ShapeTiming]:
+    """Per-shape timings from the stored evaluation report (its `per_shape` list), if any."""
+    try:
+        details = json.loads(details_json) if details_json else {}
+    except json.JSONDecodeError:
+        return []
+    shapes = details.get("per_shape") if isinstance(details, dict) else None
+    timings = []
+    for s in shapes if isinstance(shapes, list) else []:
+        if isinstance(s, dict) and isinstance(s.get("shape"), str):
+            timings.append(
+                evaluation_pb2.ShapeTiming(
+                    shape=s["shape"],
+                    runtime_ms=float(s.get("runtime_ms") or 0.0),
+                    baseline_ms=float(s.get("baseline_ms") or 0.0),
+                    compile_baseline_ms=float(s.get("compile_baseline_ms") or 0.0),
+                )
+            )
+    return timings
+
+
 def _evaluation_event(record: lineage_pb2.EvaluationRecord) -> evaluation_pb2.EvaluationFinished:
     return evaluation_pb2.EvaluationFinished(
         candidate_id=record.candidate_id,
@@ -79,6 +100,7 @@ def _evaluation_event(record: lineage_pb2.EvaluationRecord) -> evaluation_pb2.Ev
         compile_baseline_ms=record.compile_baseline_ms,
         speedup=record.speedup,
         max_abs_error=record.max_abs_error,
+        shapes=_shape_timings(record.details_json),
     )
 
 

@@ -517,10 +517,41 @@ class RunCoordinator:
             run.failed += 1
         else:
             run.correct += 1
+            if event is not None:
+                RunCoordinator._offer_shapes(run, candidate, event)
             if evaluation.fitness > run.best_speedup:
                 run.best_speedup = evaluation.fitness
                 run.best_id = candidate.info.candidate_id
         return outcome
+
+    @staticmethod
+    def _offer_shapes(
+        run: RunState, candidate: CandidateState, event: evaluation_pb2.EvaluationFinished
+    ) -> None:
+        """Keep, per input shape, the fastest (kernel, setting): the best setting differs between shapes."""
+        for timing in event.shapes:
+            if timing.runtime_ms > 0:
+                run.sweeps.book.offer(
+                    run.task.name,
+                    timing.shape,
+                    run.config.hardware,
+                    candidate.info.candidate_id,
+                    candidate.source.defines(),
+                    timing.runtime_ms / 1000.0,
+                )
+
+    def tuned(self, run: RunState) -> list[run_pb2.ShapeSetting]:
+        return [
+            run_pb2.ShapeSetting(
+                shape=shape,
+                candidate_id=best.candidate_id,
+                params={k: str(v) for k, v in best.params.items()},
+                runtime_ms=best.runtime_s * 1000.0,
+                hardware=device,
+            )
+            for (task, shape, device), best in run.sweeps.book.entries()
+            if task == run.task.name
+        ]
 
     def _resolve(
         self,
@@ -673,6 +704,7 @@ class RunCoordinator:
             best=self.best_kernel(run),
             elapsed_s=end - run.started_at,
             config=run.config,
+            tuned=self.tuned(run),
         )
 
     def _notify(self, run: RunState) -> None:

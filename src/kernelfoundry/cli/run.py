@@ -76,6 +76,16 @@ def summary_dict(progress: run_pb2.RunProgress) -> dict[str, object]:
             "elite_replaced": progress.outcomes.elite_replaced,
             "failed": dict(progress.outcomes.failed),
         },
+        "tuned_per_shape": [
+            {
+                "shape": t.shape,
+                "candidate_id": t.candidate_id,
+                "params": dict(t.params),
+                "runtime_ms": t.runtime_ms,
+                "hardware": t.hardware,
+            }
+            for t in progress.tuned
+        ],
         "elapsed_s": round(progress.elapsed_s, 2),
         "message": progress.message,
     }
@@ -193,10 +203,23 @@ def archive_map(progress: run_pb2.RunProgress) -> Table:
     return table
 
 
+def tuned_table(progress: run_pb2.RunProgress) -> Table:
+    """Per input shape: the fastest kernel and tunable setting found (the setting to build it with)."""
+    table = Table(title="best setting per input shape")
+    for name in ("shape", "kernel", "setting", "ms"):
+        table.add_column(name)
+    for t in progress.tuned:
+        setting = " ".join(f"{k}={v}" for k, v in sorted(t.params.items())) or "-"
+        table.add_row(t.shape, t.candidate_id, setting, f"{t.runtime_ms:.4f}")
+    return table
+
+
 def _print_summary(console: Console, summary: dict[str, object], final: run_pb2.RunProgress) -> None:
     out = Console()
     if final.archive:
         out.print(archive_map(final))
+    if len(final.tuned) > 1:  # one shape: the best kernel below says it all
+        out.print(tuned_table(final))
     if not summary["best_candidate_id"]:
         out.print(
             f"run {summary['run_id']} {summary['status']}: no correct kernel found ({summary['message']})"

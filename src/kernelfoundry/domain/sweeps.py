@@ -291,6 +291,10 @@ class SweepBook:
     def best(self, task: str, shape: str, device: str) -> BestSetting | None:
         return self._best.get((task, shape, device))
 
+    def entries(self) -> list[tuple[SweepKey, BestSetting]]:
+        """Every kept setting, ordered by (task, shape, device)."""
+        return sorted(self._best.items(), key=lambda item: item[0])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "best": [

@@ -51,6 +51,9 @@ def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
                     runtime_ms=e.runtime_ms,
                     baseline_ms=e.baseline_ms,
                     speedup=e.speedup,
+                    details_json=json.dumps(
+                        {"per_shape": [{"shape": t.shape, "runtime_ms": t.runtime_ms} for t in e.shapes]}
+                    ),
                 )
             )
     return history
@@ -105,3 +108,18 @@ def test_a_restored_run_waits_for_work_in_flight(tmp_path: Path) -> None:
     assert run.unresolved() == 1
     moved = requests(restored_runs.on_evaluated(evaluated(second, 2.0)))
     assert len(moved) == 2
+
+
+def test_a_restored_run_keeps_the_best_setting_per_shape(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=4)
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    for cid, small, large in ((first, 0.1, 0.9), (second, 0.2, 0.5)):
+        event = evaluated(cid, 1.5)
+        event.shapes.add(shape="small", runtime_ms=small)
+        event.shapes.add(shape="large", runtime_ms=large)
+        runs.on_evaluated(event)
+    live = runs.progress(runs.runs["run-1"]).tuned
+    restored_runs = RunCoordinator(tmp_path / "restored")
+    restored = restore_run(restored_runs, history_of(runs))
+    assert list(restored_runs.progress(restored).tuned) == list(live)
+    assert {s.shape: s.candidate_id for s in live} == {"small": first, "large": second}

@@ -228,3 +228,32 @@ def test_seed_plans_become_one_request_for_several_different_seeds(tmp_path: Pat
     _, out = start(tmp_path, population=4)
     (request,) = requests(out)
     assert request.count == 4 and not request.HasField("parent")
+
+
+def test_the_progress_keeps_the_fastest_kernel_and_setting_per_input_shape(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3, population=2)
+    first, second = seed_generation(runs, out, tunable_kernel(1), kernel(2))
+    fast_small = evaluated(first, 2.0)
+    fast_small.shapes.extend(
+        [
+            evaluation_pb2.ShapeTiming(shape="small", runtime_ms=0.1, baseline_ms=0.3),
+            evaluation_pb2.ShapeTiming(shape="large", runtime_ms=0.9, baseline_ms=1.0),
+        ]
+    )
+    fast_large = evaluated(second, 1.5)
+    fast_large.shapes.extend(
+        [
+            evaluation_pb2.ShapeTiming(shape="small", runtime_ms=0.2, baseline_ms=0.3),
+            evaluation_pb2.ShapeTiming(shape="large", runtime_ms=0.5, baseline_ms=1.0),
+        ]
+    )
+    wrong = evaluated(second, 9.0, correct=False)
+    wrong.shapes.append(evaluation_pb2.ShapeTiming(shape="small", runtime_ms=0.01))
+    runs.on_evaluated(fast_small)
+    runs.on_evaluated(fast_large)
+    runs.on_evaluated(wrong)  # a duplicate delivery, and incorrect anyway: changes nothing
+    tuned = {s.shape: s for s in runs.progress(runs.runs["run-1"]).tuned}
+    assert set(tuned) == {"small", "large"}
+    assert (tuned["small"].candidate_id, tuned["large"].candidate_id) == (first, second)
+    assert dict(tuned["small"].params) == {"BLOCK": "128"}  # the declared default, as -D takes it
+    assert tuned["large"].runtime_ms == pytest.approx(0.5) and tuned["large"].hardware == "cpu.x86_64"
