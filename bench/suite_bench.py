@@ -408,6 +408,23 @@ def _fmt(x: Any, spec: str = "9.3f") -> str:
     return format(x, spec) if isinstance(x, int | float) and not math.isnan(x) else "      n/a"
 
 
+HEADER = (
+    f"{'task':36s} {'eager ms':>9s} {'compile':>9s} {'best ms':>9s} {'xEager':>7s} {'xCompile':>8s}"
+    f" {'floor%':>7s} it"
+)
+
+
+def row_line(row: dict[str, Any]) -> str:
+    """One task's line of the printed table (HEADER's columns)."""
+    floor = 100 * row["floor_fraction"] if "floor_fraction" in row else float("nan")
+    return (
+        f"{row['task']:36s} {_fmt(row.get('eager_ms'))} {_fmt(row.get('compile_ms'))}"
+        f" {_fmt(row.get('best_ms'))}"
+        f" {_fmt(row.get('speedup_vs_eager'), '7.2f')} {_fmt(row.get('speedup_vs_compile'), '8.2f')}"
+        f" {_fmt(floor, '7.1f')} {row.get('best_iteration', '-')} {row.get('error', '')}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
@@ -443,11 +460,7 @@ def main() -> None:
         paths = [p for p in paths if p.stem in args.only]
     rows: list[dict[str, Any]] = []
     dest = write_results(args, device, limits, rows)
-    header = (
-        f"{'task':36s} {'eager ms':>9s} {'compile':>9s} {'best ms':>9s} {'xEager':>7s} {'xCompile':>8s}"
-        f" {'floor%':>7s} it"
-    )
-    print(header)
+    print(HEADER)
     runner = StackRunner(args.backend, args.population) if args.harness == "stack" else None
     for p in paths:
         if runner is not None:
@@ -460,14 +473,7 @@ def main() -> None:
         else:
             row = bench_task(p, args, limits)
         rows.append(row)
-        floor = 100 * row["floor_fraction"] if "floor_fraction" in row else float("nan")
-        print(
-            f"{row['task']:36s} {_fmt(row.get('eager_ms'))} {_fmt(row.get('compile_ms'))}"
-            f" {_fmt(row.get('best_ms'))}"
-            f" {_fmt(row.get('speedup_vs_eager'), '7.2f')} {_fmt(row.get('speedup_vs_compile'), '8.2f')}"
-            f" {_fmt(floor, '7.1f')} {row.get('best_iteration', '-')} {row.get('error', '')}",
-            flush=True,
-        )
+        print(row_line(row), flush=True)
         dest = write_results(args, device, limits, rows)
     if runner is not None:
         runner.close()

@@ -142,3 +142,25 @@ def test_cpu_gemm_family_is_a_register_tile_over_cache_blocks_in_its_own_cell() 
     assert gemm.strategy.memory == 3  # `float acc[MR][NR]` on top of `k0 += KC` slices of L1 panels
     assert gemm.strategy.cell not in {c.strategy.cell for c in found if c is not gemm}
     assert classify(gemm.source, reference_op_count(t.reference_source), gemm.strategy).agrees
+
+
+def test_column_invariant_math_is_hoisted_out_of_the_row_loop_and_division_becomes_a_product() -> None:
+    from kernelfoundry.generators.heuristic.cuda import hoist_column_invariants
+
+    body = [
+        "  const float v_add = (red4.x + 1e-05f);",
+        "  const float v_sqrt = kf_sqrt(v_add);",
+        "  const float v_shift = (p0.x - v_add);",
+        "  const float v_out = (v_shift / v_sqrt);",
+    ]
+    hoisted, rest, value = hoist_column_invariants(body, "(v_out / v_sqrt)", ["p0."], "_x", "    ")
+    assert hoisted == [
+        "    const float v_add_x = (red4.x + 1e-05f);",
+        "    const float v_sqrt_x = kf_sqrt(v_add_x);",
+        "    const float v_sqrt_x_inv = 1.0f / v_sqrt_x;",
+    ]
+    assert rest == [
+        "  const float v_shift = (p0.x - v_add_x);",
+        "  const float v_out = (v_shift * v_sqrt_x_inv);",
+    ]
+    assert value == "(v_out * v_sqrt_x_inv)"

@@ -12,6 +12,7 @@ kernels call, so its source shows the strategy it uses. Must never compile or ru
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
@@ -758,6 +759,16 @@ class CudaEmitter:
         k.append("    }")
         k.append("    __syncthreads();")
         k.append("    const float4 red4 = kf_part4[0][tx];")
+        rows: list[str] = []
+        for comp in "xyzw":
+            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
+            b, v = emit(
+                g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
+            )
+            varying = [f"p{n}." for n, _ in cfull]
+            hoisted, b, v = hoist_column_invariants(b, v, varying, f"_{comp}", "    ")
+            k += hoisted
+            rows += ["        {", *b, f"          res.{comp} = {v};", "        }"]
         k.append("    if (i4 < q) {")
         k.append("      #pragma unroll 8")
         k.append("      for (int64_t j = ty; j < R; j += 8) {")
@@ -767,12 +778,7 @@ class CudaEmitter:
                 " + (o * R + j) * inner)[i4];"
             )
         k.append("        float4 res;")
-        for comp in "xyzw":
-            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
-            b, v = emit(
-                g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
-            )
-            k += ["        {", *b, f"          res.{comp} = {v};", "        }"]
+        k += rows
         k.append(f"        reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner)[i4] = res;")
         k.append("      }")
         k.append("    }")
@@ -834,6 +840,9 @@ class CudaEmitter:
         k.append("    }")
         k.append("    __syncthreads();")
         k.append("    const float red = kf_part[0][tx];")
+        varying = [text for text in loads.values() if "(o * R + j)" in text]
+        hoisted, pbody, pval = hoist_column_invariants(pbody, pval, varying, "", "    ")
+        k += hoisted
         k.append("    if (i < inner) {")
         k.append("      #pragma unroll 8")
         k.append("      for (int64_t j = ty; j < R; j += 8) {")
@@ -1260,3 +1269,54 @@ def _numel_of(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
+
+
+_DEFINITION = re.compile(r"^\s*const float (v_\w+) = (.*);$")
+_NAME = re.compile(r"\bv_\w+")
+
+
+def hoist_column_invariants(
+    body: list[str], value: str, varying: list[str], suffix: str, indent: str
+) -> tuple[list[str], list[str], str]:
+    """Split a consumer's per-element statements into those that depend only on the column (the reduced
+    value, scalars: computed once, before the row loop, named with `suffix`) and those that read the row.
+    A row value divided by a column invariant becomes a product with its reciprocal, computed once.
+
+    `varying` are the substrings that mark a row-dependent load. Returns (hoisted, body, value).
+    """
+    invariant: dict[str, str] = {}
+    moving: set[str] = set()
+    hoisted: list[str] = []
+    rest: list[str] = []
+    for line in body:
+        m = _DEFINITION.match(line)
+        if m is None:
+            rest.append(line)
+            continue
+        name, expr = m.groups()
+        uses = set(_NAME.findall(expr))
+        if any(v in expr for v in varying) or uses & moving:
+            moving.add(name)
+            rest.append(line)
+        else:
+            invariant[name] = name + suffix
+            hoisted.append(f"{indent}const float {name + suffix} = {expr};")
+
+    def rename(text: str) -> str:
+        return _NAME.sub(lambda m: invariant.get(m.group(0), m.group(0)), text)
+
+    hoisted = [rename(line) for line in hoisted]
+    rest, value = [rename(line) for line in rest], rename(value)
+    reciprocals: dict[str, str] = {}
+
+    def by_reciprocal(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in invariant.values():
+            return m.group(0)
+        reciprocals.setdefault(name, f"{name}_inv")
+        return f"* {reciprocals[name]})"
+
+    divide = re.compile(r"/ (v_\w+)\)")
+    rest, value = [divide.sub(by_reciprocal, line) for line in rest], divide.sub(by_reciprocal, value)
+    hoisted += [f"{indent}const float {inv} = 1.0f / {name};" for name, inv in reciprocals.items()]
+    return hoisted, rest, value
