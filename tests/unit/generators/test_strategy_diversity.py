@@ -145,7 +145,7 @@ def test_cpu_gemm_family_is_a_register_tile_over_cache_blocks_in_its_own_cell() 
 
 
 def test_column_invariant_math_is_hoisted_out_of_the_row_loop_and_division_becomes_a_product() -> None:
-    from kernelfoundry.generators.heuristic.cuda import hoist_column_invariants
+    from kernelfoundry.generators.heuristic.cuda_columns import hoist_column_invariants
 
     body = [
         "  const float v_add = (red4.x + 1e-05f);",

@@ -1,0 +1,80 @@
+"""What every part of the CUDA emitter shares: the emitter's state, operand loads and reduction calls.
+
+Pure string building; see cuda.py for the emitter itself.
+"""
+
+from __future__ import annotations
+
+from kernelfoundry.generators.heuristic.entry import ptr
+from kernelfoundry.generators.heuristic.graph import Graph, Ref
+from kernelfoundry.generators.heuristic.plan import Leaf, Step
+from kernelfoundry.generators.heuristic.stepexpr import emit
+from kernelfoundry.generators.heuristic.variant import Variant
+
+
+class EmitterBase:
+    """State and helpers of one unit's emission (`CudaEmitter` is this plus the row and column kernels)."""
+
+    def __init__(self, graph: Graph, variant: Variant) -> None:
+        self.graph = graph
+        self.variant = variant
+        self.kernels: list[str] = []
+        self.counter = 0
+        self._eps = 1e-5
+        self._lanes = False  # reductions across one warp's lanes (warp-per-row kernels)
+        self._steps: list[Step] = []  # the part being emitted, for fusion across adjacent steps
+        self._fused_into: dict[str, tuple[str, int]] = {}  # pointwise out -> (reduction input, d1)
+
+    def _launch_check(self) -> list[str]:
+        return ["    if (cudaGetLastError() != cudaSuccess) { rc = KF_ERR_LAUNCH; goto kf_done; }"]
+
+    def _row_params(self, leaves: list[Leaf], index: str) -> tuple[list[str], list[str], list[str], dict]:
+        params, args, pre, loads = [], [], [], {}
+        for k, leaf in enumerate(leaves):
+            ls = self.graph.shapes[leaf.name]
+            n = 1
+            for d in ls:
+                n *= d
+            params.append(f"const float* __restrict__ {ptr(leaf.name)}")
+            args.append(ptr(leaf.name))
+            if n == 1:
+                pre.append(f"  const float c{k} = {ptr(leaf.name)}[0];")
+                loads[leaf] = f"c{k}"
+            else:
+                loads[leaf] = f"{ptr(leaf.name)}[{index}]"
+        return params, args, pre, loads
+
+    def _full_leaves(self, leaves: list[Leaf]) -> list[tuple[int, Leaf]]:
+        """The leaves read element by element along the row (index k as in `_row_params`)."""
+        out = []
+        for k, leaf in enumerate(leaves):
+            n = 1
+            for d in self.graph.shapes[leaf.name]:
+                n *= d
+            if n > 1:
+                out.append((k, leaf))
+        return out
+
+    def _vec_ok(self, leaves: list[Leaf], also: tuple[str, ...] = ()) -> str:
+        """Host-side condition for the float4 row paths: rows of 4k elements, operands 16-byte aligned."""
+        ptrs = [ptr(leaf.name) for _, leaf in self._full_leaves(leaves)] + list(also)
+        return " && ".join(["(R % 4 == 0)"] + [f"(((uintptr_t){p}) % 16 == 0)" for p in ptrs])
+
+    def _emit(self, step: Step, src: Ref, loads: dict, indent: str) -> tuple[list[str], str]:
+        return emit(self.graph, step, src, lambda leaf: loads[leaf], indent=indent)
+
+    def _is_scalar(self, leaf: Leaf) -> bool:
+        return _numel_of(tuple(self.graph.shapes[leaf.name])) == 1
+
+    def _reduce_call(self, op_code: int, v: str) -> str:
+        if self._lanes:
+            return f"kf_warp_reduce<{op_code}>({v})"
+        fn = "kf_block_reduce_tree" if self.variant.reduction == "block" else "kf_block_reduce_warp"
+        return f"{fn}<{op_code}>({v}, kf_scratch)"
+
+
+def _numel_of(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -1,0 +1,347 @@
+"""CUDA column kernels: reductions over a middle dimension, alone or fused with their broadcast consumer.
+
+Tiled (32 columns x 8 row groups), float4 columns, and the fused reduction + consumer kernels with the
+consumer's column-only math hoisted out of the row loop.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kernelfoundry.generators.heuristic.cuda_base import EmitterBase, _numel_of
+from kernelfoundry.generators.heuristic.entry import ptr
+from kernelfoundry.generators.heuristic.graph import Ref
+from kernelfoundry.generators.heuristic.plan import Leaf, Step
+from kernelfoundry.generators.heuristic.stepexpr import emit
+
+
+class ColumnKernels(EmitterBase):
+    def _tiled_cols_kernel(
+        self, kname: str, params: list[str], pre: list[str], body: list[str], val: str, init: str,
+        comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """Middle-dim reduction, one block per (outer, 32 columns): 8 row groups of one warp each read
+        128-byte row segments; each thread combines runs of 32 rows before its total (bounded rounding),
+        then the 8 partials meet in shared memory."""
+        k = [f"__global__ void __launch_bounds__(256) {kname}_tcols(int64_t outer, int64_t R, int64_t inner,"
+             " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+        k.append("  __shared__ float kf_part[8][33];")
+        k += pre
+        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+        k.append("  const int64_t tiles = (inner + 31) / 32;")
+        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+        k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
+        k.append(f"    float acc = {init};")
+        k.append("    if (i < inner) {")
+        k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
+        k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
+        k.append(f"        float part = {init};")
+        k.append("        #pragma unroll 8")
+        k.append("        for (int64_t j = j0; j < j1; j += 8) {")
+        k += ["    " + b for b in body]
+        k.append(f"          part = {comb}(part, {val});")
+        k.append("        }")
+        k.append(f"        acc = {comb}(acc, part);")
+        k.append("      }")
+        k.append("    }")
+        k.append("    kf_part[ty][tx] = acc;")
+        k.append("    __syncthreads();")
+        k.append("    if (ty == 0) {")
+        k.append("      float r = kf_part[0][tx];")
+        k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
+        k.append(f"      if (i < inner) out[o * inner + i] = r{scale};")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("  }")
+        k.append("}")
+        return k
+
+    def _column_consumer(self, step: Step, src: Ref, d0: int, d1: int) -> Step | None:
+        """The next step when it is a pointwise map over the reduction's input that reads the reduction
+        result broadcast over the reduced dims (x / rms, x - mean): then both run as one kernel."""
+        g = self.graph
+        i = next((n for n, s in enumerate(self._steps) if s is step), None)
+        if i is None or i + 1 >= len(self._steps):
+            return None
+        nxt = self._steps[i + 1]
+        xshape = tuple(g.shapes[src.name])
+        keep = tuple(1 if d0 <= n < d1 else d for n, d in enumerate(xshape))
+        if nxt.kind != "pointwise" or tuple(g.shapes[nxt.out]) != xshape or src.trail != 0:
+            return None
+        reads_result = False
+        for leaf in nxt.prologue_leaves(g):
+            shape = tuple(g.shapes[leaf.name])
+            if leaf.name == step.out:
+                if leaf.trail != 0 or shape != keep:
+                    return None
+                reads_result = True
+            elif not (_numel_of(shape) == 1 or (leaf.trail == 0 and shape == xshape)):
+                return None
+        return nxt if reads_result else None
+
+    def _consumer_leaves(self, step: Step, consumer: Step) -> list[Leaf]:
+        """The consumer's operands that the reduction kernel does not already take."""
+        taken = {leaf.name for leaf in step.prologue_leaves(self.graph)} | {step.out}
+        return [leaf for leaf in consumer.prologue_leaves(self.graph) if leaf.name not in taken]
+
+    def _consumer_args(self, step: Step, consumer: Step) -> list[str]:
+        return [ptr(leaf.name) for leaf in self._consumer_leaves(step, consumer)]
+
+    def _fused_cols_kernel4(
+        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], consumer: Step, params: list[str],
+        pre: list[str], loads: dict, init: str, comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """`_fused_cols_kernel` over float4 columns (inner a multiple of 4, operands 16-byte aligned):
+        a warp moves 512 contiguous bytes per row instead of 128."""
+        g = self.graph
+        extra = self._consumer_leaves(step, consumer)
+        full = self._full_leaves(leaves)
+        cparams = [f"float* __restrict__ {ptr(consumer.out)}"]
+        cparams += [f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra]
+        k = [f"__global__ void __launch_bounds__(256) {kname}_fcols4(int64_t outer, int64_t R, int64_t inner,"
+             " float* __restrict__ out" + "".join(", " + p for p in params + cparams) + ") {"]  # fmt: skip
+        k.append("  __shared__ float4 kf_part4[8][32];")
+        k += pre
+        cloads: dict = {}
+        cfull: list[tuple[int, Leaf]] = []
+        for n, leaf in enumerate(consumer.prologue_leaves(g)):
+            if leaf.name == step.out:
+                cloads[leaf] = "red4.{c}"
+            elif self._is_scalar(leaf):
+                k.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
+                cloads[leaf] = f"pc{n}"
+            else:
+                cfull.append((n, leaf))
+                cloads[leaf] = f"p{n}.{{c}}"
+        i4 = f"make_float4({init}, {init}, {init}, {init})"
+        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+        k.append("  const int64_t q = inner / 4, tiles = (q + 31) / 32;")
+        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+        k.append("    const int64_t o = b / tiles, i4 = (b % tiles) * 32 + tx;")
+        k.append(f"    float4 acc = {i4};")
+        k.append("    if (i4 < q) {")
+        k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
+        k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
+        k.append(f"        float4 part = {i4};")
+        k.append("        #pragma unroll 8")
+        k.append("        for (int64_t j = j0; j < j1; j += 8) {")
+        for kk, leaf in full:
+            k.append(
+                f"          const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
+                " + (o * R + j) * inner)[i4];"
+            )
+        for comp in "xyzw":
+            lane = dict(loads)
+            for kk, leaf in full:
+                lane[leaf] = f"w{kk}.{comp}"
+            b, v = self._emit(step, src, lane, "            ")
+            k += ["          {", *b, f"            part.{comp} = {comb}(part.{comp}, {v});", "          }"]
+        k.append("        }")
+        k += [f"        acc.{c} = {comb}(acc.{c}, part.{c});" for c in "xyzw"]
+        k.append("      }")
+        k.append("    }")
+        k.append("    kf_part4[ty][tx] = acc;")
+        k.append("    __syncthreads();")
+        k.append("    if (ty == 0) {")
+        k.append("      float4 r = kf_part4[0][tx];")
+        k.append("      for (int y = 1; y < 8; ++y) {")
+        k += [f"        r.{c} = {comb}(r.{c}, kf_part4[y][tx].{c});" for c in "xyzw"]
+        k.append("      }")
+        if scale:
+            k += [f"      r.{c} = r.{c}{scale};" for c in "xyzw"]
+        k.append("      kf_part4[0][tx] = r;")
+        k.append("      if (i4 < q) reinterpret_cast<float4*>(out + o * inner)[i4] = r;")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("    const float4 red4 = kf_part4[0][tx];")
+        rows: list[str] = []
+        for comp in "xyzw":
+            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
+            b, v = emit(
+                g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
+            )
+            varying = [f"p{n}." for n, _ in cfull]
+            hoisted, b, v = hoist_column_invariants(b, v, varying, f"_{comp}", "    ")
+            k += hoisted
+            rows += ["        {", *b, f"          res.{comp} = {v};", "        }"]
+        k.append("    if (i4 < q) {")
+        k.append("      #pragma unroll 8")
+        k.append("      for (int64_t j = ty; j < R; j += 8) {")
+        for n, leaf in cfull:
+            k.append(
+                f"        const float4 p{n} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
+                " + (o * R + j) * inner)[i4];"
+            )
+        k.append("        float4 res;")
+        k += rows
+        k.append(f"        reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner)[i4] = res;")
+        k.append("      }")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("  }")
+        k.append("}")
+        return k
+
+    def _fused_cols_kernel(
+        self, kname: str, step: Step, consumer: Step, params: list[str], pre: list[str], body: list[str],
+        val: str, init: str, comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """`_tiled_cols_kernel` whose block then applies the consumer to its 32-column tile while that
+        tile is still in L1: the input is read from DRAM once and the consumer's output written once."""
+        g = self.graph
+        extra = self._consumer_leaves(step, consumer)
+        loads: dict = {}
+        pre2: list[str] = []
+        for k, leaf in enumerate(consumer.prologue_leaves(g)):
+            if leaf.name == step.out:
+                loads[leaf] = "red"
+            elif _numel_of(tuple(g.shapes[leaf.name])) == 1:
+                pre2.append(f"  const float pc{k} = {ptr(leaf.name)}[0];")
+                loads[leaf] = f"pc{k}"
+            else:
+                loads[leaf] = f"{ptr(leaf.name)}[(o * R + j) * inner + i]"
+        pbody, pval = emit(g, consumer, Ref(consumer.root.name), lambda leaf: loads[leaf], indent="        ")
+        cparams = [f"float* __restrict__ {ptr(consumer.out)}"]
+        cparams += [f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra]
+        k = [f"__global__ void __launch_bounds__(256) {kname}_fcols(int64_t outer, int64_t R, int64_t inner,"
+             " float* __restrict__ out" + "".join(", " + p for p in params + cparams) + ") {"]  # fmt: skip
+        k.append("  __shared__ float kf_part[8][33];")
+        k += pre + pre2
+        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+        k.append("  const int64_t tiles = (inner + 31) / 32;")
+        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+        k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
+        k.append(f"    float acc = {init};")
+        k.append("    if (i < inner) {")
+        k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
+        k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
+        k.append(f"        float part = {init};")
+        k.append("        #pragma unroll 8")
+        k.append("        for (int64_t j = j0; j < j1; j += 8) {")
+        k += ["    " + b for b in body]
+        k.append(f"          part = {comb}(part, {val});")
+        k.append("        }")
+        k.append(f"        acc = {comb}(acc, part);")
+        k.append("      }")
+        k.append("    }")
+        k.append("    kf_part[ty][tx] = acc;")
+        k.append("    __syncthreads();")
+        k.append("    if (ty == 0) {")
+        k.append("      float r = kf_part[0][tx];")
+        k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
+        k.append(f"      r = r{scale};")
+        k.append("      kf_part[0][tx] = r;")
+        k.append("      if (i < inner) out[o * inner + i] = r;")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("    const float red = kf_part[0][tx];")
+        varying = [text for text in loads.values() if "(o * R + j)" in text]
+        hoisted, pbody, pval = hoist_column_invariants(pbody, pval, varying, "", "    ")
+        k += hoisted
+        k.append("    if (i < inner) {")
+        k.append("      #pragma unroll 8")
+        k.append("      for (int64_t j = ty; j < R; j += 8) {")
+        k += pbody
+        k.append(f"        {ptr(consumer.out)}[(o * R + j) * inner + i] = {pval};")
+        k.append("      }")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("  }")
+        k.append("}")
+        return k
+
+    def _vec_cols_kernel(
+        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], params: list[str], pre: list[str],
+        loads: dict, init: str, comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """Middle-dim reduction over wide rows: one thread per 4 adjacent columns, float4 loads of each
+        reduced row (8 in flight), runs of 32 rows combined before the total (bounded rounding)."""
+        full = self._full_leaves(leaves)
+        k = [f"__global__ void __launch_bounds__(256) {kname}_vcols(int64_t outer, int64_t R, int64_t inner,"
+             " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+        k += pre
+        k.append("  const int64_t q = inner / 4;")
+        k.append(
+            "  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < outer * q;"
+            " t += (int64_t)gridDim.x * blockDim.x) {"
+        )
+        k.append("    const int64_t o = t / q, i4 = t % q;")
+        k.append(f"    float4 acc = make_float4({init}, {init}, {init}, {init});")
+        k.append("    for (int64_t j0 = 0; j0 < R; j0 += 32) {")
+        k.append("      const int64_t j1 = j0 + 32 < R ? j0 + 32 : R;")
+        k.append(f"      float4 part = make_float4({init}, {init}, {init}, {init});")
+        k.append("      #pragma unroll 8")
+        k.append("      for (int64_t j = j0; j < j1; ++j) {")
+        for kk, leaf in full:
+            k.append(
+                f"        const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
+                " + (o * R + j) * inner)[i4];"
+            )
+        for comp in "xyzw":
+            lane = dict(loads)
+            for kk, leaf in full:
+                lane[leaf] = f"w{kk}.{comp}"
+            b, v = self._emit(step, src, lane, "          ")
+            k += ["        {", *b, f"          part.{comp} = {comb}(part.{comp}, {v});", "        }"]
+        k.append("      }")
+        for comp in "xyzw":
+            k.append(f"      acc.{comp} = {comb}(acc.{comp}, part.{comp});")
+        k.append("    }")
+        if scale:
+            k.append("    acc.x = acc.x / (float)R; acc.y = acc.y / (float)R;")
+            k.append("    acc.z = acc.z / (float)R; acc.w = acc.w / (float)R;")
+        k.append("    reinterpret_cast<float4*>(out + o * inner)[i4] = acc;")
+        k.append("  }")
+        k.append("}")
+        return k
+
+
+_DEFINITION = re.compile(r"^\s*const float (v_\w+) = (.*);$")
+_NAME = re.compile(r"\bv_\w+")
+
+
+def hoist_column_invariants(
+    body: list[str], value: str, varying: list[str], suffix: str, indent: str
+) -> tuple[list[str], list[str], str]:
+    """Split a consumer's per-element statements into those that depend only on the column (the reduced
+    value, scalars: computed once, before the row loop, named with `suffix`) and those that read the row.
+    A row value divided by a column invariant becomes a product with its reciprocal, computed once.
+
+    `varying` are the substrings that mark a row-dependent load. Returns (hoisted, body, value).
+    """
+    invariant: dict[str, str] = {}
+    moving: set[str] = set()
+    hoisted: list[str] = []
+    rest: list[str] = []
+    for line in body:
+        m = _DEFINITION.match(line)
+        if m is None:
+            rest.append(line)
+            continue
+        name, expr = m.groups()
+        uses = set(_NAME.findall(expr))
+        if any(v in expr for v in varying) or uses & moving:
+            moving.add(name)
+            rest.append(line)
+        else:
+            invariant[name] = name + suffix
+            hoisted.append(f"{indent}const float {name + suffix} = {expr};")
+
+    def rename(text: str) -> str:
+        return _NAME.sub(lambda m: invariant.get(m.group(0), m.group(0)), text)
+
+    hoisted = [rename(line) for line in hoisted]
+    rest, value = [rename(line) for line in rest], rename(value)
+    reciprocals: dict[str, str] = {}
+
+    def by_reciprocal(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in invariant.values():
+            return m.group(0)
+        reciprocals.setdefault(name, f"{name}_inv")
+        return f"* {reciprocals[name]})"
+
+    divide = re.compile(r"/ (v_\w+)\)")
+    rest, value = [divide.sub(by_reciprocal, line) for line in rest], divide.sub(by_reciprocal, value)
+    hoisted += [f"{indent}const float {inv} = 1.0f / {name};" for name, inv in reciprocals.items()]
+    return hoisted, rest, value

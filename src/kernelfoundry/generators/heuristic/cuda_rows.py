@@ -1,0 +1,327 @@
+"""CUDA row kernels: a row (the trailing reduced dims) per block or per warp, in registers or streamed.
+
+Streaming float4 sweeps for reductions, the softmax / norm statistics, and the rowop kernels (block per
+row re-reading global memory, warp per row, rows in registers as scalars or float4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernelfoundry.generators.heuristic.cuda_base import EmitterBase
+from kernelfoundry.generators.heuristic.entry import ptr
+from kernelfoundry.generators.heuristic.expressions import literal
+from kernelfoundry.generators.heuristic.graph import OpNode, Ref
+from kernelfoundry.generators.heuristic.plan import Leaf, Step
+from kernelfoundry.generators.heuristic.stepexpr import emit
+
+
+class RowKernels(EmitterBase):
+    def _vec_sweep(
+        self,
+        step: Step,
+        src: Ref,
+        leaves: list[Leaf],
+        loads: dict,
+        tid: str,
+        group: str,
+        stmt: Callable[[str], str],
+        indent: str = "    ",
+    ) -> list[str]:
+        """Stream one row [0, R) at `base` as float4: PER_THREAD loads per thread in flight, then the math.
+
+        `stmt(value)` is the statement consuming one element's value; the row length must be a multiple of 4.
+        """
+        full = self._full_leaves(leaves)
+        i2 = indent + "  "
+
+        def body(u: str) -> list[str]:
+            lines: list[str] = []
+            for comp in "xyzw":
+                lane = dict(loads)
+                for k, leaf in full:
+                    lane[leaf] = f"w{k}[{u}].{comp}"
+                b, v = self._emit(step, src, lane, i2 + "    ")
+                lines += [f"{i2}  {{", *b, f"{i2}    {stmt(v)}", f"{i2}  }}"]
+            return lines
+
+        k = [f"{indent}const int64_t n4 = R >> 2;", f"{indent}int64_t j4 = {tid};"]
+        k.append(f"{indent}for (; j4 + (int64_t)(PER_THREAD - 1) * {group} < n4;")
+        k.append(f"{indent}     j4 += (int64_t)PER_THREAD * {group}) {{")
+        for kk, _ in full:
+            k.append(f"{i2}float4 w{kk}[PER_THREAD];")
+        k.append(f"{i2}#pragma unroll")
+        k.append(f"{i2}for (int u = 0; u < PER_THREAD; ++u) {{")
+        for kk, leaf in full:
+            k.append(
+                f"{i2}  w{kk}[u] = reinterpret_cast<const float4*>({ptr(leaf.name)} + base)"
+                f"[j4 + (int64_t)u * {group}];"
+            )
+        k.append(f"{i2}}}")
+        k.append(f"{i2}#pragma unroll")
+        k.append(f"{i2}for (int u = 0; u < PER_THREAD; ++u) {{")
+        k += body("u")
+        k.append(f"{i2}}}")
+        k.append(f"{indent}}}")
+        k.append(f"{indent}for (; j4 < n4; j4 += {group}) {{")
+        for kk, leaf in full:
+            k.append(
+                f"{i2}const float4 w{kk}[1] = "
+                f"{{reinterpret_cast<const float4*>({ptr(leaf.name)} + base)[j4]}};"
+            )
+        k += body("0")
+        k.append(f"{indent}}}")
+        return k
+
+    def _row_value(self, node: OpNode, extras: list[Ref]) -> str:
+        """The normalised value `y` of element j from `xv` and the row statistics."""
+        if node.op == "softmax":
+            return "kf_exp(xv - m) * inv"
+        if node.op == "log_softmax":
+            return "(xv - m - ls)"
+        value = "((xv - mean) * rstd)"
+        w = ptr(extras[0].name) if node.attrs.get("has_weight") else None
+        b = ptr(extras[1].name) if node.attrs.get("has_bias") and len(extras) > 1 else None
+        # 32-bit division: the host side refuses rows of 2^31 elements or more
+        idx = (
+            "j" if node.op == "layer_norm" else "((o % G) * (C / G) + (int64_t)((uint32_t)j / (uint32_t)HW))"
+        )
+        if w:
+            value = f"({value} * {w}[{idx}])"
+        if b:
+            value = f"({value} + {b}[{idx}])"
+        return value
+
+    def _stats(self, op: str, eps: str, sweep: Callable[[str], list[str]], online: bool) -> list[str]:
+        """Row statistics: m, inv, ls (softmax family) or mean, rstd (norms); `sweep(stmt)` loops over xv."""
+        k: list[str] = []
+        if op in ("softmax", "log_softmax"):
+            k.append("    float m = -INFINITY, s = 0.0f;")
+            if online:
+                k += sweep(
+                    "{ const float m_new = fmaxf(m, xv); s = s * kf_exp(m - m_new) + kf_exp(xv - m_new);"
+                    " m = m_new; }"
+                )
+                k.append("    const float bm = " + self._reduce_call(1, "m") + ";")
+                k.append("    s = (m == -INFINITY) ? 0.0f : s * kf_exp(m - bm);")
+                k.append("    s = " + self._reduce_call(0, "s") + ";")
+                k.append("    m = bm;")
+            else:
+                k += sweep("m = fmaxf(m, xv);")
+                k.append("    m = " + self._reduce_call(1, "m") + ";")
+                k += sweep("s += kf_exp(xv - m);")
+                k.append("    s = " + self._reduce_call(0, "s") + ";")
+            k.append("    const float inv = 1.0f / s, ls = logf(s);")
+            k.append("    (void)inv; (void)ls;")
+        else:
+            k.append("    float mean = 0.0f, var = 0.0f;")
+            k += sweep("mean += xv;")
+            k.append("    mean = " + self._reduce_call(0, "mean") + " / (float)R;")
+            k += sweep("var += (xv - mean) * (xv - mean);")
+            k.append("    var = " + self._reduce_call(0, "var") + " / (float)R;")
+            k.append(f"    const float rstd = rsqrtf(var + {eps});")
+        return k
+
+    def _row_kernel_global(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """One block per row, every pass re-reads the row from global memory (L2 catches most of it)."""
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    for (int64_t j = threadIdx.x; j < R; j += blockDim.x) {",
+                *xb,
+                f"        const float xv = {xv};",
+                f"        {stmt}",
+                "    }",
+            ]
+
+        eps = literal(float(self._eps))
+        k = [
+            f"__global__ void __launch_bounds__(1024) {kname}{signature} {{",
+            "  __shared__ float kf_scratch[1024 + 33];",
+        ]
+        k += pre
+        k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        k += self._stats(op, eps, sweep, self.variant.online)
+        k += sweep(
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        k += ["  }", "}"]
+        return "\n".join(k)
+
+    def _row_kernel_warp(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """One warp per row (rows up to WARP_ROW_MAX): lane-strided sweeps, shuffle-only reductions."""
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    for (int64_t j = lane; j < R; j += 32) {",
+                *xb,
+                f"        const float xv = {xv};",
+                f"        {stmt}",
+                "    }",
+            ]
+
+        eps = literal(float(self._eps))
+        k = [f"__global__ void __launch_bounds__(256) {kname}_warp{signature} {{"]
+        k += pre
+        k.append("  const int lane = threadIdx.x & 31;")
+        k.append("  const int64_t warps = blockDim.x >> 5;")
+        k.append(
+            "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
+            " o += (int64_t)gridDim.x * warps) {"
+        )
+        k.append("    const int64_t base = o * R;")
+        self._lanes = True
+        try:
+            k += self._stats(op, eps, sweep, self.variant.online)
+        finally:
+            self._lanes = False
+        k += sweep(
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        k += ["  }", "}"]
+        return "\n".join(k)
+
+    def _row_kernel_vec(
+        self, kname: str, signature: str, pre: list[str], step: Step, src: Ref, leaves: list[Leaf],
+        loads: dict, value: str, epilogue: list[str], result: str, op: str, warp: bool,
+    ) -> str:  # fmt: skip
+        """The row in registers as float4 (V per thread): one 16-byte read and write per 4 elements.
+
+        `warp`: one warp per row (shuffle-only statistics); else one block of ROW_BLOCK threads per row.
+        """
+        used: set = set()
+
+        def record(leaf: Leaf) -> str:
+            used.add(leaf)
+            return loads[leaf]
+
+        emit(self.graph, step, src, record, indent="")
+        full = [(k, leaf) for k, leaf in self._full_leaves(leaves) if leaf in used]
+        neutral = "-INFINITY" if op in ("softmax", "log_softmax") else "0.0f"
+        tid, group = ("lane", "32") if warp else ("threadIdx.x", "blockDim.x")
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    #pragma unroll",
+                "    for (int i = 0; i < V; ++i) {",
+                "      #pragma unroll",
+                "      for (int c = 0; c < 4; ++c) {",
+                f"        const int64_t j = ({tid} + (int64_t)i * {group}) * 4 + c;",
+                "        if (j < R) {",
+                "          const float xv = xr[4 * i + c];",
+                f"          {stmt}",
+                "        }",
+                "      }",
+                "    }",
+            ]
+
+        name = f"{kname}_vwarp" if warp else f"{kname}_vregs"
+        bound = "256" if warp else "ROW_BLOCK"
+        k = ["template <int V>", f"__global__ void __launch_bounds__({bound}) {name}{signature} {{"]
+        if not warp:
+            k.append("  __shared__ float kf_scratch[1024 + 33];")
+        k += pre
+        if warp:
+            k.append("  const int lane = threadIdx.x & 31;")
+            k.append("  const int64_t warps = blockDim.x >> 5;")
+            k.append(
+                "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
+                " o += (int64_t)gridDim.x * warps) {"
+            )
+        else:
+            k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        k.append("    float xr[4 * V];")
+        k.append("    #pragma unroll")
+        k.append("    for (int i = 0; i < V; ++i) {")
+        k.append(f"      const int64_t j4 = {tid} + (int64_t)i * {group};")
+        k.append("      if (j4 * 4 < R) {")
+        for kk, leaf in full:
+            k.append(
+                f"        const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)} + base)[j4];"
+            )
+        for c, comp in enumerate("xyzw"):
+            lane = dict(loads)
+            for kk, leaf in full:
+                lane[leaf] = f"w{kk}.{comp}"
+            b, v = self._emit(step, src, lane, "          ")
+            k += ["        {", f"          const int64_t j = j4 * 4 + {c};", "          (void)j;", *b]
+            k += [f"          xr[4 * i + {c}] = {v};", "        }"]
+        k.append("      } else {")
+        k.append(f"        xr[4 * i] = xr[4 * i + 1] = xr[4 * i + 2] = xr[4 * i + 3] = {neutral};")
+        k.append("      }")
+        k.append("    }")
+        eps = literal(float(self._eps))
+        self._lanes = warp
+        try:
+            k += self._stats(op, eps, sweep, self.variant.online)
+        finally:
+            self._lanes = False
+        k.append("    #pragma unroll")
+        k.append("    for (int i = 0; i < V; ++i) {")
+        k.append(f"      const int64_t j4 = {tid} + (int64_t)i * {group};")
+        k.append("      if (j4 * 4 < R) {")
+        k.append("        float4 res;")
+        for c, comp in enumerate("xyzw"):
+            k += [
+                "        {",
+                f"          const int64_t j = j4 * 4 + {c};",
+                f"          const float xv = xr[4 * i + {c}];",
+            ]
+            k.append(f"          const float y = {value};")
+            k += epilogue
+            k += [f"          res.{comp} = {result};", "        }"]
+        k.append("        reinterpret_cast<float4*>(out + base)[j4] = res;")
+        k.append("      }")
+        k.append("    }")
+        k += ["  }", "}"]
+        return "\n".join(k)
+
+    def _row_kernel_regs(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """Rows of up to PT * blockDim.x elements held in registers: one read and one write of DRAM."""
+        neutral = "-INFINITY" if op in ("softmax", "log_softmax") else "0.0f"
+
+        def sweep(stmt: str) -> list[str]:
+            return [
+                "    #pragma unroll",
+                "    for (int i = 0; i < PT; ++i) {",
+                "      const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;",
+                "      if (j < R) {",
+                "        const float xv = xr[i];",
+                f"        {stmt}",
+                "      }",
+                "    }",
+            ]
+
+        eps = literal(float(self._eps))
+        k = ["template <int PT>", f"__global__ void __launch_bounds__(ROW_BLOCK) {kname}_regs{signature} {{"]
+        k.append("  __shared__ float kf_scratch[1024 + 33];")
+        k += pre
+        k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        k.append("    float xr[PT];")
+        k.append("    #pragma unroll")
+        k.append("    for (int i = 0; i < PT; ++i) {")
+        k.append("      const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;")
+        k.append(f"      xr[i] = {neutral};")
+        k.append("      if (j < R) {")
+        k += xb
+        k.append(f"        xr[i] = {xv};")
+        k.append("      }")
+        k.append("    }")
+        k += self._stats(op, eps, sweep, self.variant.online)
+        k += sweep(
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        k += ["  }", "}"]
+        return "\n".join(k)
