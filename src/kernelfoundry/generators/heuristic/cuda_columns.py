@@ -23,37 +23,26 @@ class ColumnKernels(EmitterBase):
         """Middle-dim reduction, one block per (outer, 32 columns): 8 row groups of one warp each read
         128-byte row segments; each thread combines runs of 32 rows before its total (bounded rounding),
         then the 8 partials meet in shared memory."""
-        k = [f"__global__ void __launch_bounds__(256) {kname}_tcols(int64_t outer, int64_t R, int64_t inner,"
-             " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
-        k.append("  __shared__ float kf_part[8][33];")
-        k += pre
-        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
-        k.append("  const int64_t tiles = (inner + 31) / 32;")
-        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
-        k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
-        k.append(f"    float acc = {init};")
-        k.append("    if (i < inner) {")
-        k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
-        k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
-        k.append(f"        float part = {init};")
-        k.append("        #pragma unroll 8")
-        k.append("        for (int64_t j = j0; j < j1; j += 8) {")
-        k += ["    " + b for b in body]
-        k.append(f"          part = {comb}(part, {val});")
-        k.append("        }")
-        k.append(f"        acc = {comb}(acc, part);")
-        k.append("      }")
-        k.append("    }")
-        k.append("    kf_part[ty][tx] = acc;")
-        k.append("    __syncthreads();")
-        k.append("    if (ty == 0) {")
-        k.append("      float r = kf_part[0][tx];")
-        k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
-        k.append(f"      if (i < inner) out[o * inner + i] = r{scale};")
-        k.append("    }")
-        k.append("    __syncthreads();")
-        k.append("  }")
-        k.append("}")
+        k = _column_tile_open(f"{kname}_tcols", params, pre)
+        k += _column_tile_reduce(body, val, init, comb, scale)
+        k += ["  }", "}"]
+        return k
+
+    def _float4_row_into_part(
+        self, step: Step, src: Ref, full: list[tuple[int, Leaf]], loads: dict, comb: str, indent: str
+    ) -> list[str]:
+        """Row j's 4 columns at i4 of every full operand as float4, each component combined into `part`."""
+        k = [
+            f"{indent}const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
+            " + (o * R + j) * inner)[i4];"
+            for kk, leaf in full
+        ]
+        for comp in "xyzw":
+            lane = dict(loads)
+            for kk, leaf in full:
+                lane[leaf] = f"w{kk}.{comp}"
+            b, v = self._emit(step, src, lane, indent + "  ")
+            k += [f"{indent}{{", *b, f"{indent}  part.{comp} = {comb}(part.{comp}, {v});", f"{indent}}}"]
         return k
 
     def _column_consumer(self, step: Step, src: Ref, d0: int, d1: int) -> Step | None:
@@ -125,17 +114,7 @@ class ColumnKernels(EmitterBase):
         k.append(f"        float4 part = {i4};")
         k.append("        #pragma unroll 8")
         k.append("        for (int64_t j = j0; j < j1; j += 8) {")
-        for kk, leaf in full:
-            k.append(
-                f"          const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
-                " + (o * R + j) * inner)[i4];"
-            )
-        for comp in "xyzw":
-            lane = dict(loads)
-            for kk, leaf in full:
-                lane[leaf] = f"w{kk}.{comp}"
-            b, v = self._emit(step, src, lane, "            ")
-            k += ["          {", *b, f"            part.{comp} = {comb}(part.{comp}, {v});", "          }"]
+        k += self._float4_row_into_part(step, src, full, loads, comb, "          ")
         k.append("        }")
         k += [f"        acc.{c} = {comb}(acc.{c}, part.{c});" for c in "xyzw"]
         k.append("      }")
@@ -203,37 +182,8 @@ class ColumnKernels(EmitterBase):
         pbody, pval = emit(g, consumer, Ref(consumer.root.name), lambda leaf: loads[leaf], indent="        ")
         cparams = [f"float* __restrict__ {ptr(consumer.out)}"]
         cparams += [f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra]
-        k = [f"__global__ void __launch_bounds__(256) {kname}_fcols(int64_t outer, int64_t R, int64_t inner,"
-             " float* __restrict__ out" + "".join(", " + p for p in params + cparams) + ") {"]  # fmt: skip
-        k.append("  __shared__ float kf_part[8][33];")
-        k += pre + pre2
-        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
-        k.append("  const int64_t tiles = (inner + 31) / 32;")
-        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
-        k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
-        k.append(f"    float acc = {init};")
-        k.append("    if (i < inner) {")
-        k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
-        k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
-        k.append(f"        float part = {init};")
-        k.append("        #pragma unroll 8")
-        k.append("        for (int64_t j = j0; j < j1; j += 8) {")
-        k += ["    " + b for b in body]
-        k.append(f"          part = {comb}(part, {val});")
-        k.append("        }")
-        k.append(f"        acc = {comb}(acc, part);")
-        k.append("      }")
-        k.append("    }")
-        k.append("    kf_part[ty][tx] = acc;")
-        k.append("    __syncthreads();")
-        k.append("    if (ty == 0) {")
-        k.append("      float r = kf_part[0][tx];")
-        k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
-        k.append(f"      r = r{scale};")
-        k.append("      kf_part[0][tx] = r;")
-        k.append("      if (i < inner) out[o * inner + i] = r;")
-        k.append("    }")
-        k.append("    __syncthreads();")
+        k = _column_tile_open(f"{kname}_fcols", params + cparams, pre + pre2)
+        k += _column_tile_reduce(body, val, init, comb, scale)
         k.append("    const float red = kf_part[0][tx];")
         varying = [text for text in loads.values() if "(o * R + j)" in text]
         hoisted, pbody, pval = hoist_column_invariants(pbody, pval, varying, "", "    ")
@@ -272,17 +222,7 @@ class ColumnKernels(EmitterBase):
         k.append(f"      float4 part = make_float4({init}, {init}, {init}, {init});")
         k.append("      #pragma unroll 8")
         k.append("      for (int64_t j = j0; j < j1; ++j) {")
-        for kk, leaf in full:
-            k.append(
-                f"        const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
-                " + (o * R + j) * inner)[i4];"
-            )
-        for comp in "xyzw":
-            lane = dict(loads)
-            for kk, leaf in full:
-                lane[leaf] = f"w{kk}.{comp}"
-            b, v = self._emit(step, src, lane, "          ")
-            k += ["        {", *b, f"          part.{comp} = {comb}(part.{comp}, {v});", "        }"]
+        k += self._float4_row_into_part(step, src, full, loads, comb, "        ")
         k.append("      }")
         for comp in "xyzw":
             k.append(f"      acc.{comp} = {comb}(acc.{comp}, part.{comp});")
@@ -294,6 +234,49 @@ class ColumnKernels(EmitterBase):
         k.append("  }")
         k.append("}")
         return k
+
+
+def _column_tile_open(name: str, params: list[str], pre: list[str]) -> list[str]:
+    """Kernel head of the 32-column x 8-row-group tiling: signature, scratch, the loop over tiles."""
+    k = [f"__global__ void __launch_bounds__(256) {name}(int64_t outer, int64_t R, int64_t inner,"
+         " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+    k.append("  __shared__ float kf_part[8][33];")
+    k += pre
+    k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+    k.append("  const int64_t tiles = (inner + 31) / 32;")
+    k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+    k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
+    return k
+
+
+def _column_tile_reduce(body: list[str], val: str, init: str, comb: str, scale: str) -> list[str]:
+    """Each thread combines its row group in runs of 32 rows (bounded rounding), the 8 partials meet in
+    shared memory; the column's result is written to `out` and left in kf_part[0][tx] for the block."""
+    k = [f"    float acc = {init};"]
+    k.append("    if (i < inner) {")
+    k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
+    k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
+    k.append(f"        float part = {init};")
+    k.append("        #pragma unroll 8")
+    k.append("        for (int64_t j = j0; j < j1; j += 8) {")
+    k += ["    " + b for b in body]
+    k.append(f"          part = {comb}(part, {val});")
+    k.append("        }")
+    k.append(f"        acc = {comb}(acc, part);")
+    k.append("      }")
+    k.append("    }")
+    k.append("    kf_part[ty][tx] = acc;")
+    k.append("    __syncthreads();")
+    k.append("    if (ty == 0) {")
+    k.append("      float r = kf_part[0][tx];")
+    k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
+    if scale:
+        k.append(f"      r = r{scale};")
+    k.append("      kf_part[0][tx] = r;")
+    k.append("      if (i < inner) out[o * inner + i] = r;")
+    k.append("    }")
+    k.append("    __syncthreads();")
+    return k
 
 
 _DEFINITION = re.compile(r"^\s*const float (v_\w+) = (.*);$")
