@@ -1,4 +1,5 @@
-"""Compiler service entry point: one worker pool per build target listed in KF_HARDWARE."""
+"""Compiler service entry point: one worker pool per build target listed in KF_HARDWARE, each running up to
+KF_COMPILE_CONCURRENCY builds at once (they run in threads; the toolchains are separate processes)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
                 filter_subjects=(subjects.compile_(target),),
                 decode=decoder_for(build_pb2.CompileCandidate),
                 handler=handler,
+                concurrency=settings.resolved_compile_concurrency,
             )
         )
     return ServiceParts(consumers=consumers)

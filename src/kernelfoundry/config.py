@@ -6,6 +6,7 @@ override them. Never read os.environ for a KernelFoundry setting anywhere else.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -51,6 +52,9 @@ class Settings(BaseSettings):
 
     # Work
     compile_timeout_s: float = 120.0
+    compile_concurrency: int = Field(
+        0, description="Builds one compiler process runs at once (0: half the cores, at most 8)"
+    )
     evaluation_deadline_s: float = 300.0
     correctness_trials: int = 5
     timed_runs: int = 0  # 0: the backend's default
@@ -64,6 +68,12 @@ class Settings(BaseSettings):
     def build_targets_map(self) -> dict[str, str]:
         pairs = [p.split("=", 1) for p in self.build_targets.split(",") if "=" in p]
         return {k.strip(): v.strip() for k, v in pairs}
+
+    @property
+    def resolved_compile_concurrency(self) -> int:
+        if self.compile_concurrency > 0:
+            return self.compile_concurrency
+        return max(1, min(8, (os.cpu_count() or 1) // 2))
 
     @property
     def hardware_list(self) -> list[str]:

@@ -63,6 +63,7 @@ def make_consumer(
     decode: Callable[[str, bytes], Any],
     handler: Handler[Any],
     batch: int = 1,
+    concurrency: int = 1,
 ) -> Consumer[Any]:
     """A consumer loop with the delivery settings of this deployment and this service's metrics."""
     spec = ConsumerSpec(
@@ -74,6 +75,7 @@ def make_consumer(
         max_ack_pending=settings.max_ack_pending,
         heartbeat_s=settings.heartbeat_s,
         batch=batch,
+        concurrency=concurrency,
     )
     return Consumer(bus, spec, decode, handler, service=service, on_result=metrics_callback(metrics, service))
 

@@ -74,6 +74,8 @@ class ConsumerSpec:
     heartbeat_s: float = 5.0
     batch: int = 1
     deliver_all: bool = True
+    # messages handled at once by this process (each with its own heartbeat); 1 keeps the handler serial
+    concurrency: int = 1
 
 
 @dataclass
@@ -130,32 +132,52 @@ class Consumer(Generic[M]):
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = None
-        while not stop.is_set():
-            try:
-                if sub is None:
-                    await self.bus.ensure_topology()
-                    sub = await self._bind()
-                    log.info(
-                        "consumer bound", durable=self.spec.durable, subjects=list(self.spec.filter_subjects)
-                    )
+        inflight: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
                 try:
-                    msgs = await sub.fetch(self.spec.batch, timeout=1.0)
-                except (TimeoutError, NatsTimeoutError):
-                    continue
-                for msg in msgs:
-                    await self._process(msg)
-            except (ConnectionClosedError, NoServersError, ServiceUnavailableError, NotFoundError) as exc:
-                log.warning(
-                    "consumer lost its subscription; rebinding", durable=self.spec.durable, error=str(exc)
-                )
-                sub = None
-                await asyncio.sleep(0.5)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("consumer loop error; rebinding", durable=self.spec.durable, error=repr(exc))
-                sub = None
-                await asyncio.sleep(0.5)
+                    if sub is None:
+                        await self.bus.ensure_topology()
+                        sub = await self._bind()
+                        log.info(
+                            "consumer bound",
+                            durable=self.spec.durable,
+                            subjects=list(self.spec.filter_subjects),
+                        )
+                    inflight = {t for t in inflight if not t.done()}
+                    room = self.spec.concurrency - len(inflight)
+                    if room <= 0:
+                        _, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+                        continue
+                    try:
+                        want = room if self.spec.concurrency > 1 else max(self.spec.batch, 1)
+                        msgs = await sub.fetch(want, timeout=1.0)
+                    except (TimeoutError, NatsTimeoutError):
+                        continue
+                    for msg in msgs:
+                        if self.spec.concurrency <= 1:
+                            await self._process(msg)
+                        else:
+                            inflight.add(asyncio.create_task(self._process(msg)))
+                except (ConnectionClosedError, NoServersError, ServiceUnavailableError, NotFoundError) as exc:
+                    log.warning(
+                        "consumer lost its subscription; rebinding", durable=self.spec.durable, error=str(exc)
+                    )
+                    sub = None
+                    await asyncio.sleep(0.5)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("consumer loop error; rebinding", durable=self.spec.durable, error=repr(exc))
+                    sub = None
+                    await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            for task in inflight:  # unacked: the broker redelivers them to whoever consumes next
+                task.cancel()
+            raise
+        # stopped: let started work finish and be acked rather than left to redelivery
+        if inflight:
+            await asyncio.gather(*inflight, return_exceptions=True)
 
     async def _process(self, msg: Msg) -> None:
         meta = msg.metadata

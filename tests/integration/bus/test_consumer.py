@@ -202,3 +202,68 @@ async def test_consumer_rebinds_after_a_broker_restart(nats_server: NatsServer) 
         await asyncio.wait_for(task, 5)
         await bus.close()
         restarted.stop()
+
+
+async def settled(bus: Bus):  # type: ignore[no-untyped-def]
+    """The test consumer's info once no ack is outstanding (an ack is a publish: the server applies it
+    a moment later), or as it is after 5 s."""
+    for _ in range(50):
+        info = await bus.js.consumer_info(subjects.WORK_STREAM, "test-compiler")
+        if info.num_ack_pending == 0:
+            break
+        await asyncio.sleep(0.1)
+    return info
+
+
+async def test_a_consumer_with_concurrency_handles_several_messages_at_once(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    inside = 0
+    most = 0
+    all_in = asyncio.Event()
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        if inside == 3:
+            all_in.set()
+        await asyncio.wait_for(all_in.wait(), 10)  # only returns once three handlers ran side by side
+        inside -= 1
+        return []
+
+    consumer = Consumer(
+        bus, spec(concurrency=3), decoder_for(build_pb2.CompileCandidate), handler, service="test"
+    )
+    for i in range(4):
+        await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id=f"c{i}"), f"compile-c{i}")
+    await run_until(consumer, lambda: consumer.stats.handled == 4)
+    assert most == 3  # never more than the configured concurrency
+    assert consumer.stats.failed == 0
+    assert (await settled(bus)).num_ack_pending == 0
+    await bus.close()
+
+
+async def test_stopping_a_concurrent_consumer_lets_started_messages_finish(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        started.set()
+        await asyncio.sleep(1.5)
+        finished.append(message.candidate_id)
+        return []
+
+    consumer = Consumer(
+        bus, spec(concurrency=2), decoder_for(build_pb2.CompileCandidate), handler, service="test"
+    )
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1"), "compile-c1")
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    await asyncio.wait_for(started.wait(), 10)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert finished == ["c1"]
+    info = await settled(bus)
+    assert info.num_ack_pending == 0 and info.num_pending == 0 and info.num_redelivered == 0
+    await bus.close()
