@@ -18,7 +18,7 @@ from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
 from kernelfoundry.generators.heuristic.graph import Ref, UnsupportedGraph
-from kernelfoundry.generators.heuristic.plan import Part, Step
+from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
@@ -166,6 +166,22 @@ class CudaEmitter(RowKernels, ColumnKernels):
                 loads[leaf] = f"b{k}"
         body, result = emit(g, step, Ref(step.root.name), lambda leaf: loads[leaf], indent="      ")
         k = [f"__global__ void __launch_bounds__(1024) {kname}({', '.join(params)}) {{"]
+        if direct:
+            # direct translation: every element is a row (inner == 1), so threads, not blocks, take rows
+            k.append(
+                "  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;"
+                " r += (int64_t)gridDim.x * blockDim.x) {"
+            )
+            k += pre
+            k.append(f"    float* __restrict__ o = {ptr(step.out)} + r * inner;")
+            k.append("    for (int64_t j = 0; j < inner; ++j) {")
+            k += body
+            k.append(f"      o[j] = {result};")
+            k.append("    }")
+            k.append("  }")
+            k.append("}")
+            self.kernels.append("\n".join(k))
+            return self._pointwise_launch(step, kname, leaves, split, modes, vec, flat=True)
         k.append("  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {")
         k += pre
         k.append(f"    float* __restrict__ o = {ptr(step.out)} + r * inner;")
@@ -224,6 +240,12 @@ class CudaEmitter(RowKernels, ColumnKernels):
         k.append("  }")
         k.append("}")
         self.kernels.append("\n".join(k))
+        return self._pointwise_launch(step, kname, leaves, split, modes, vec, flat=False)
+
+    def _pointwise_launch(
+        self, step: Step, kname: str, leaves: list[Leaf], split: int, modes: dict, vec: bool, flat: bool
+    ) -> list[str]:
+        """Host code of a pointwise step: row maps of its operands, the grid, the launch."""
         out = [f"    const kf_shape S = {shp(step.out)};"]
         out.append(f"    const int64_t rows = kf_prod(&S, 0, {split}), inner = kf_prod(&S, {split}, S.nd);")
         args = ["rows", "inner", ptr(step.out)]
@@ -234,13 +256,21 @@ class CudaEmitter(RowKernels, ColumnKernels):
                 " { rc = KF_ERR_UNSUPPORTED; goto kf_done; }"
             )
             args += [ptr(leaf.name), f"m{i}"]
-        per = "4" if vec else "1"
-        out.append(f"    const int64_t step = (int64_t)BLOCK * {per} * PER_THREAD;")
-        out.append("    const int64_t need = (inner + step - 1) / step;")
-        out.append("    const unsigned gx = (unsigned)(need < 65535 ? (need > 0 ? need : 1) : 65535);")
-        out.append("    const unsigned gy = (unsigned)(rows < 65535 ? (rows > 0 ? rows : 1) : 65535);")
-        out.append("    if (rows * inner > 0)")
-        out.append(f"      {kname}<<<dim3(gx, gy), BLOCK, 0, st>>>({', '.join(args)});")
+        if flat:
+            out.append("    const int64_t need = (rows + BLOCK - 1) / BLOCK;")
+            out.append(
+                "    const unsigned gx = (unsigned)(need < 65535 * 8 ? (need > 0 ? need : 1) : 65535 * 8);"
+            )
+            out.append("    if (rows * inner > 0)")
+            out.append(f"      {kname}<<<gx, BLOCK, 0, st>>>({', '.join(args)});")
+        else:
+            per = "4" if vec else "1"
+            out.append(f"    const int64_t step = (int64_t)BLOCK * {per} * PER_THREAD;")
+            out.append("    const int64_t need = (inner + step - 1) / step;")
+            out.append("    const unsigned gx = (unsigned)(need < 65535 ? (need > 0 ? need : 1) : 65535);")
+            out.append("    const unsigned gy = (unsigned)(rows < 65535 ? (rows > 0 ? rows : 1) : 65535);")
+            out.append("    if (rows * inner > 0)")
+            out.append(f"      {kname}<<<dim3(gx, gy), BLOCK, 0, st>>>({', '.join(args)});")
         out += self._launch_check()
         if step.out in self._fused_into:
             # computed by the reduction before it when that one ran the fused column kernel
