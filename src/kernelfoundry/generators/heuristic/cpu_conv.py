@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.plan import Leaf, Step, partition
-from kernelfoundry.generators.heuristic.prelude import PRELUDE
+from kernelfoundry.generators.heuristic.prelude import cpu_family_head
 from kernelfoundry.generators.heuristic.stepexpr import emit
 from kernelfoundry.generators.heuristic.variant import Variant
 
@@ -156,21 +156,9 @@ static inline __attribute__((always_inline)) void kf_conv_tile(
 
 def conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str], dispatch: str) -> str:
     """The whole translation unit: tunables, prelude, micro-kernel and the `kf_forward` entry point."""
-    lines = [*header, variant.line(), *CONV_TUNABLES]
-    for name, value in _DEFAULTS.items():
-        lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
-    lines += [
-        "#ifndef KF_FAST_MATH",
-        f"#define KF_FAST_MATH {int(variant.vectorize)}",
-        "#endif",
-        dispatch,
-        PRELUDE,
-        "#include <omp.h>",
-        "",
-        "KF_DEFINE_ABI_VERSION()",
-        "",
-        _MICRO,
-    ]
+    lines = cpu_family_head(
+        header, variant.line(), CONV_TUNABLES, _DEFAULTS, variant.vectorize, dispatch, _MICRO
+    )
     w = lines.append
     idx = {name: i for i, name in enumerate(plan.inputs)}
     w("KF_EXPORT KF_CPU_ENTRY int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")

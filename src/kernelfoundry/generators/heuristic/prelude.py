@@ -238,3 +238,21 @@ float kf_gelu_tanh(float x) {
   return 0.5f * x * (1.0f + kf_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 """
+
+
+def cpu_family_head(
+    header: list[str],
+    variant_line: str,
+    tunables: tuple[str, ...],
+    defaults: dict[str, int],
+    fast_math: bool,
+    dispatch: str,
+    micro: str,
+) -> list[str]:
+    """The opening of a CPU GEMM-family unit: tunable declarations and guarded defaults, the prelude,
+    the ABI version and the family's micro-kernel; the entry point follows."""
+    lines = [*header, variant_line, *tunables]
+    for name, value in defaults.items():
+        lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
+    lines += ["#ifndef KF_FAST_MATH", f"#define KF_FAST_MATH {int(fast_math)}", "#endif"]
+    return [*lines, dispatch, PRELUDE, "#include <omp.h>", "", "KF_DEFINE_ABI_VERSION()", "", micro]
