@@ -35,6 +35,9 @@ EXTENSIONS = {"cpp": "cpp", "cuda": "cu"}
 DEFAULT_BUILD_TARGETS = {"cuda.h200": "cuda.sm90", "cuda.h100": "cuda.sm90", "cuda.a100": "cuda.sm80"}
 # Placements after which an elite's tunables are worth sweeping.
 SWEEP_TRIGGERS = ("new_cell", "elite_replaced", "improvement")
+# Sweep only kernels within this fraction of the run's best: a setting rarely moves a kernel further, and
+# every sweep point is an evaluation the search could have spent elsewhere.
+SWEEP_NEAR_BEST = 0.75
 ALL_SHAPES = "all"  # evaluations aggregate every shape of the task; sweeps tune for that aggregate
 
 
@@ -251,17 +254,23 @@ class RunCoordinator:
         Points whose kernel was superseded, or whose setting was already evaluated (the elite's own
         setting, say), are answered at once without spending an evaluation.
         """
-        elites = {e.candidate_id for e in self._elites(run)}
+        elites = {e.candidate_id: e.speedup for e in self._elites(run)}
         wanted = self._sweep_batch(run)
         jobs: list[tuple[SweepJob, KernelSource]] = []
         while len(jobs) < wanted:
-            batch = run.sweeps.next_batch(wanted - len(jobs))
+            # the fastest kernels' sweeps first: their settings are the ones that can become the best
+            batch = run.sweeps.next_batch(wanted - len(jobs), priority=lambda cid: elites.get(cid, 0.0))
             if not batch:
                 break
             for job in batch:
                 parent = run.candidates.get(job.candidate_id)
                 if parent is None or job.candidate_id not in elites:
                     run.sweeps.report(job, SweepFailure("superseded", "the swept kernel is no longer elite"))
+                    continue
+                if elites[job.candidate_id] < SWEEP_NEAR_BEST * run.best_speedup:
+                    run.sweeps.report(
+                        job, SweepFailure("superseded", "the swept kernel fell behind the best")
+                    )
                     continue
                 source = replace(parent.source, params=dict(job.params))
                 known = run.source_hashes.get(source_digest(source))

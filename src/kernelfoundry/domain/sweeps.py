@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -358,7 +358,11 @@ class SweepCampaign:
     def active(self) -> list[str]:
         return [sid for sid, plan in self.plans.items() if not plan.done]
 
-    def next_batch(self, n: int) -> list[SweepJob]:
+    def next_batch(self, n: int, priority: Callable[[str], float] | None = None) -> list[SweepJob]:
+        """Up to n jobs: round-robin over the open sweeps, or, with `priority(candidate_id)`, from the
+        highest-priority kernel's sweep first (the next one only once it has nothing to hand out)."""
+        if priority is not None:
+            return self._by_priority(n, priority)
         jobs: list[SweepJob] = []
         ids = list(self.plans)
         idle = 0
@@ -372,6 +376,17 @@ class SweepCampaign:
             idle = 0
             candidate_id, shape, device = self._meta[sid]
             jobs.append(SweepJob(sid, candidate_id, shape, device, got[0]))
+        return jobs
+
+    def _by_priority(self, n: int, priority: Callable[[str], float]) -> list[SweepJob]:
+        jobs: list[SweepJob] = []
+        ranked = sorted(self.plans, key=lambda sid: -priority(self._meta[sid][0]))
+        for sid in ranked:
+            candidate_id, shape, device = self._meta[sid]
+            for params in self.plans[sid].next_batch(n - len(jobs)):
+                jobs.append(SweepJob(sid, candidate_id, shape, device, params))
+            if len(jobs) >= n:
+                break
         return jobs
 
     def report(self, job: SweepJob, result: float | SweepFailure) -> None:

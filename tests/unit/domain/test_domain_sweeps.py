@@ -177,3 +177,14 @@ def test_campaign_interleaves_sweeps_and_keeps_the_best_setting_per_shape():
     assert campaign.best("large", "h200") == BestSetting("k1", {"B": 3}, 1.0)
     with pytest.raises(SweepError):
         campaign.report(SweepJob("nope", "k9", "small", "h200", {"B": 1}), 1.0)
+
+
+def test_with_a_priority_the_best_kernels_sweep_is_served_before_the_others() -> None:
+    campaign = SweepCampaign("gemm")
+    slow = campaign.start("slow", (Tunable("B", (1, 2, 3), 1),), "all", "cpu")
+    fast = campaign.start("fast", (Tunable("B", (1, 2, 3), 1),), "all", "cpu")
+    speed = {"slow": 1.1, "fast": 2.0}
+    first = campaign.next_batch(2, priority=speed.__getitem__)
+    assert [j.sweep_id for j in first] == [fast, fast]
+    rest = campaign.next_batch(4, priority=speed.__getitem__)
+    assert [j.sweep_id for j in rest][:1] == [fast] and {j.sweep_id for j in rest} == {fast, slow}

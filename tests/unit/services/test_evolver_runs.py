@@ -257,3 +257,29 @@ def test_the_progress_keeps_the_fastest_kernel_and_setting_per_input_shape(tmp_p
     assert (tuned["small"].candidate_id, tuned["large"].candidate_id) == (first, second)
     assert dict(tuned["small"].params) == {"BLOCK": "128"}  # the declared default, as -D takes it
     assert tuned["large"].runtime_ms == pytest.approx(0.5) and tuned["large"].hardware == "cpu.x86_64"
+
+
+SIMD_KERNEL = KernelSource(  # another archive cell than `kernel(i)` (SIMD evidence), no tunables
+    language="cpp",
+    code='#include "kf_abi.h"\nKF_DEFINE_ABI_VERSION()\nvoid f(float* x) {\n'
+    "#pragma omp parallel for simd\nfor (int i = 0; i < 8; ++i) x[i] += 1;\n}\n",
+)
+
+
+def test_a_kernel_far_behind_the_best_is_not_swept(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3, population=2, sweeps=True)
+    slow, fast = seed_generation(runs, out, tunable_kernel(1), SIMD_KERNEL)
+    runs.on_evaluated(evaluated(slow, 1.0))  # an elite with tunables: a sweep opens for it
+    nxt = runs.on_evaluated(evaluated(fast, 4.0))  # the best is now 4x faster and has nothing to tune
+    run = runs.runs["run-1"]
+    assert {e.candidate_id for e in run.engine.merged_archive().elites()} == {slow, fast}  # both elites
+    assert not [c for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
+    assert next(iter(run.sweeps.plans.values())).done  # its points answered as superseded, not evaluated
+
+
+def test_a_kernel_near_the_best_is_swept(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3, population=2, sweeps=True)
+    slow, fast = seed_generation(runs, out, tunable_kernel(1), SIMD_KERNEL)
+    runs.on_evaluated(evaluated(slow, 1.0))
+    nxt = runs.on_evaluated(evaluated(fast, 1.2))  # the tunable kernel is within reach of the best
+    assert [c for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
