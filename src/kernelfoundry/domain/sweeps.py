@@ -26,7 +26,7 @@ from typing import Any
 from kernelfoundry.domain.kernel import Tunable, TunableValue
 
 Params = dict[str, TunableValue]
-DEFAULT_GRID_LIMIT = 64
+DEFAULT_GRID_LIMIT = 16  # larger domains get the coordinate sweep: a grid spends an evaluation per point
 
 _TUNABLE = re.compile(
     r"//\s*@kf\.tunable\s+(?P<name>[A-Za-z_]\w*)\s+in\s+\[(?P<values>[^\]]*)\]"
@@ -359,8 +359,9 @@ class SweepCampaign:
         return [sid for sid, plan in self.plans.items() if not plan.done]
 
     def next_batch(self, n: int, priority: Callable[[str], float] | None = None) -> list[SweepJob]:
-        """Up to n jobs: round-robin over the open sweeps, or, with `priority(candidate_id)`, from the
-        highest-priority kernel's sweep first (the next one only once it has nothing to hand out)."""
+        """Up to n jobs, round-robin over the open sweeps so none starves; with `priority(candidate_id)`
+        each round visits the sweeps from the highest-priority kernel down (the fastest kernel's next
+        point comes first, and a long sweep of a slower kernel cannot crowd it out)."""
         if priority is not None:
             return self._by_priority(n, priority)
         jobs: list[SweepJob] = []
@@ -381,11 +382,17 @@ class SweepCampaign:
     def _by_priority(self, n: int, priority: Callable[[str], float]) -> list[SweepJob]:
         jobs: list[SweepJob] = []
         ranked = sorted(self.plans, key=lambda sid: -priority(self._meta[sid][0]))
-        for sid in ranked:
-            candidate_id, shape, device = self._meta[sid]
-            for params in self.plans[sid].next_batch(n - len(jobs)):
-                jobs.append(SweepJob(sid, candidate_id, shape, device, params))
-            if len(jobs) >= n:
+        while len(jobs) < n:
+            handed = 0
+            for sid in ranked:
+                got = self.plans[sid].next_batch(1)
+                if got:
+                    candidate_id, shape, device = self._meta[sid]
+                    jobs.append(SweepJob(sid, candidate_id, shape, device, got[0]))
+                    handed += 1
+                    if len(jobs) >= n:
+                        break
+            if handed == 0:
                 break
         return jobs
 
