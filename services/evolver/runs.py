@@ -559,7 +559,7 @@ class RunCoordinator:
                 hardware=device,
             )
             for (task, shape, device), best in run.sweeps.book.entries()
-            if task == run.task.name
+            if task == run.task.name and shape != ALL_SHAPES  # the sweeps' aggregate is not a shape
         ]
 
     def _resolve(

@@ -252,6 +252,7 @@ def test_the_progress_keeps_the_fastest_kernel_and_setting_per_input_shape(tmp_p
     runs.on_evaluated(fast_small)
     runs.on_evaluated(fast_large)
     runs.on_evaluated(wrong)  # a duplicate delivery, and incorrect anyway: changes nothing
+    runs.runs["run-1"].sweeps.book.offer("relu", "all", "cpu.x86_64", first, {}, 1e-6)  # a sweep's aggregate
     tuned = {s.shape: s for s in runs.progress(runs.runs["run-1"]).tuned}
     assert set(tuned) == {"small", "large"}
     assert (tuned["small"].candidate_id, tuned["large"].candidate_id) == (first, second)
