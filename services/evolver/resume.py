@@ -135,7 +135,9 @@ def restore_run(coordinator: RunCoordinator, history: lineage_pb2.GetRunHistoryR
                 request_of(c.candidate_id) for c in members if c.mutation not in ("retune", REPAIR_OPERATOR)
             }
             at = members[0].created_at.ToDatetime().timestamp() if members[0].HasField("created_at") else 0.0
-            run.engine.apply(GenerationStarted(generation, at, (), len(requests)))
+            # a repair child names the failed candidate it repairs: that repair request was handed out
+            repairs = tuple(dict.fromkeys(c.repair_of for c in members if c.repair_of))
+            run.engine.apply(GenerationStarted(generation, at, repairs, len(requests)))
             run.generation = generation
         for candidate in members:
             _restore_candidate(run, candidate, evaluations, failed_builds, built)
@@ -170,6 +172,7 @@ def _restore_candidate(
         reported=_descriptors(candidate.self_reported) if candidate.HasField("self_reported") else None,
         params=params,
         shape=ALL_SHAPES,
+        repair_of=candidate.repair_of or None,
     )
     state = CandidateState(info=info, source=source, created_at=time.time())
     run.candidates[info.candidate_id] = state

@@ -456,6 +456,7 @@ class RunCoordinator:
             request_id=request_id,
             rationale=rationale,
             hardware=run.config.hardware,
+            repair_of=repair_of or "",
         )
         if reported is not None:
             created.self_reported.CopyFrom(descriptors_to_proto(reported))

@@ -74,6 +74,7 @@ def candidate_message(c: rec.CandidateRecord) -> lineage_pb2.CandidateRecord:
         mutation=c.mutation,
         island=c.island,
         created_at=_ts(c.created_at),
+        repair_of=c.repair_of,
     )
 
 

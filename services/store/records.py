@@ -106,6 +106,7 @@ def candidate_record(event: search_pb2.CandidateCreated) -> CandidateRecord:
         mutation=event.mutation,
         island=event.island,
         created_at=datetime.now(UTC),
+        repair_of=event.repair_of,
     )
 
 

@@ -81,6 +81,7 @@ class CandidateRecord:
     mutation: str = ""
     island: int = 0
     created_at: datetime
+    repair_of: str = ""  # for a repair: the failed candidate it repairs
 
     def __post_init__(self) -> None:
         _require(self, "candidate_id", "run_id")

@@ -12,7 +12,7 @@ from kernelfoundry.services.evolver.resume import restore_run
 from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.v1 import lineage_pb2
 
-from .test_evolver_runs import TASK, evaluated, kernel, requests, seed_generation, start
+from .test_evolver_runs import TASK, evaluated, generated, kernel, requests, seed_generation, start
 
 
 def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
@@ -37,6 +37,7 @@ def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
                 analysed=descriptors_to_proto(info.descriptors),
                 mutation=info.operator,
                 island=info.island,
+                repair_of=info.repair_of or "",
             )
         )
         if state.evaluation is not None:
@@ -123,3 +124,16 @@ def test_a_restored_run_keeps_the_best_setting_per_shape(tmp_path: Path) -> None
     restored = restore_run(restored_runs, history_of(runs))
     assert list(restored_runs.progress(restored).tuned) == list(live)
     assert {s.shape: s.candidate_id for s in live} == {"small": first, "large": second}
+
+
+def test_a_restored_run_does_not_hand_out_a_repair_again(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=4)
+    good, bad = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(good, 1.5))
+    nxt = runs.on_evaluated(evaluated(bad, 0.0, correct=False))  # generation 2 asks for its repair
+    repair = next(r for r in requests(nxt) if r.repair)
+    assert repair.parent.candidate_id == bad
+    runs.on_generated(generated(repair, kernel(3)))
+    live = [p.request.candidate_id for p in runs.runs["run-1"].engine._repairs]
+    restored = restore_run(RunCoordinator(tmp_path / "restored"), history_of(runs))
+    assert [p.request.candidate_id for p in restored.engine._repairs] == live == []
