@@ -13,6 +13,8 @@ kernels call, so its source shows the strategy it uses. Must never compile or ru
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
 from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
@@ -279,6 +281,36 @@ class CudaEmitter(RowKernels, ColumnKernels):
             out = [guard, *["  " + line for line in out], "    }"]
         return out
 
+    def _row_accumulate(
+        self, step: Step, src: Ref, leaves: list[Leaf], loads: dict, body: list[str], val: str, init: str,
+        comb: str, code: int, op: str, vec: bool, sweep: _RowSweep,
+    ) -> list[str]:  # fmt: skip
+        """One row's reduction into `acc` by the threads `sweep` names: float4 sweep when allowed, else
+        strided scalars; then the group reduction (and logsumexp's second pass)."""
+        k = [f"    float acc = {init};"]
+        if vec:
+            k.append(f"    if ({sweep.vec_condition}) {{")
+            k += self._vec_sweep(
+                step, src, leaves, loads, sweep.tid, sweep.group,
+                lambda v: f"acc = {comb}(acc, {v});", indent="      ",
+            )  # fmt: skip
+            k.append("    } else {")
+        loop = f"    for (int64_t j = {sweep.start}; j < {sweep.end}; j += {sweep.group}) {{"
+        k += [loop, *["  " + b for b in body], f"      acc = {comb}(acc, {val});", "    }"]
+        if vec:
+            k.append("    }")
+        k.append(f"    acc = {self._reduce_call(code, 'acc')};")
+        if op == "logsumexp":
+            k += [
+                "    float s = 0.0f;",
+                loop,
+                *["  " + b for b in body],
+                f"      s += expf({val} - acc);",
+                "    }",
+            ]
+            k += [f"    s = {self._reduce_call(0, 's')};", "    acc = acc + logf(s);"]
+        return k
+
     def reduction(self, step: Step) -> list[str]:
         g = self.graph
         node = step.root
@@ -312,29 +344,8 @@ class CudaEmitter(RowKernels, ColumnKernels):
         k.append("    const int64_t per = (R + splits - 1) / splits, lo = part * per;")
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
         k.append("    const int64_t base = o * R;")
-        k.append(f"    float acc = {init};")
-        if vec:
-            k.append("    if (vec && splits == 1) {")
-            k += self._vec_sweep(
-                step, src, leaves, loads, "threadIdx.x", "blockDim.x",
-                lambda v: f"acc = {comb}(acc, {v});", indent="      ",
-            )  # fmt: skip
-            k.append("    } else {")
-        k.append("    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {")
-        k += ["  " + b for b in body]
-        k.append(f"      acc = {comb}(acc, {val});")
-        k.append("    }")
-        if vec:
-            k.append("    }")
-        k.append(f"    acc = {self._reduce_call(code, 'acc')};")
-        if op == "logsumexp":
-            k.append("    float s = 0.0f;")
-            k.append("    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {")
-            k += ["  " + b for b in body]
-            k.append(f"      s += expf({val} - acc);")
-            k.append("    }")
-            k.append(f"    s = {self._reduce_call(0, 's')};")
-            k.append("    acc = acc + logf(s);")
+        sweep = _RowSweep("threadIdx.x", "blockDim.x", "lo + threadIdx.x", "hi", "vec && splits == 1")
+        k += self._row_accumulate(step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep)
         scale = " / (float)R" if op == "mean" else ""
         if atomic:
             k.append(f"    if (threadIdx.x == 0) atomicAdd(&out[o], acc{scale});")
@@ -355,35 +366,14 @@ class CudaEmitter(RowKernels, ColumnKernels):
                 " o += (int64_t)gridDim.x * warps) {"
             )
             k.append("    const int64_t base = o * R;")
-            k.append(f"    float acc = {init};")
-            if vec:
-                k.append("    if (vec) {")
-                k += self._vec_sweep(
-                    step,
-                    src,
-                    leaves,
-                    loads,
-                    "lane",
-                    "32",
-                    lambda v: f"acc = {comb}(acc, {v});",
-                    indent="      ",
+            self._lanes = True
+            try:
+                sweep = _RowSweep("lane", "32", "lane", "R", "vec")
+                k += self._row_accumulate(
+                    step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep
                 )
-                k.append("    } else {")
-            k.append("    for (int64_t j = lane; j < R; j += 32) {")
-            k += ["  " + b for b in body]
-            k.append(f"      acc = {comb}(acc, {val});")
-            k.append("    }")
-            if vec:
-                k.append("    }")
-            k.append(f"    acc = kf_warp_reduce<{code}>(acc);")
-            if op == "logsumexp":
-                k.append("    float s = 0.0f;")
-                k.append("    for (int64_t j = lane; j < R; j += 32) {")
-                k += ["  " + b for b in body]
-                k.append(f"      s += expf({val} - acc);")
-                k.append("    }")
-                k.append("    s = kf_warp_reduce<0>(s);")
-                k.append("    acc = acc + logf(s);")
+            finally:
+                self._lanes = False
             k.append(f"    if (lane == 0) out[o] = acc{' / (float)R' if op == 'mean' else ''};")
             k.append("  }")
             k.append("}")
@@ -642,3 +632,14 @@ class CudaEmitter(RowKernels, ColumnKernels):
         out.append(f"      {kname}<<<nb, ROW_BLOCK, 0, st>>>{a};")
         out.append("    }")
         return out + self._launch_check()
+
+
+@dataclass(frozen=True)
+class _RowSweep:
+    """Which threads share a row: index, group size, scalar loop bounds and the float4 path's guard."""
+
+    tid: str
+    group: str
+    start: str
+    end: str
+    vec_condition: str
