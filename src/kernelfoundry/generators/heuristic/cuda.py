@@ -556,7 +556,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             + ")"
         )
         self.kernels.append(
-            self._row_kernel_global(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
+            self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, False)
         )
         if self.variant.cache_rows:
             self.kernels.append(
@@ -564,7 +564,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             )
         if self.variant.row_warps:
             self.kernels.append(
-                self._row_kernel_warp(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
+                self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, True)
             )
         vec = (
             self.variant.vectorize

@@ -122,15 +122,18 @@ class RowKernels(EmitterBase):
             k.append(f"    const float rstd = rsqrtf(var + {eps});")
         return k
 
-    def _row_kernel_global(
+    def _row_kernel(
         self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
-        epilogue: list[str], result: str, op: str,
+        epilogue: list[str], result: str, op: str, warp: bool,
     ) -> str:  # fmt: skip
-        """One block per row, every pass re-reads the row from global memory (L2 catches most of it)."""
+        """Every pass re-reads the row from global memory (L2 catches most of it). One block per row, or
+        with `warp` one warp per row (rows up to WARP_ROW_MAX): lane-strided sweeps, shuffle-only
+        reductions."""
+        tid, group = ("lane", "32") if warp else ("threadIdx.x", "blockDim.x")
 
         def sweep(stmt: str) -> list[str]:
             return [
-                "    for (int64_t j = threadIdx.x; j < R; j += blockDim.x) {",
+                f"    for (int64_t j = {tid}; j < R; j += {group}) {{",
                 *xb,
                 f"        const float xv = {xv};",
                 f"        {stmt}",
@@ -138,46 +141,10 @@ class RowKernels(EmitterBase):
             ]
 
         eps = literal(float(self._eps))
-        k = [
-            f"__global__ void __launch_bounds__(1024) {kname}{signature} {{",
-            "  __shared__ float kf_scratch[1024 + 33];",
-        ]
-        k += pre
-        k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
-        k.append("    const int64_t base = o * R;")
-        k += self._stats(op, eps, sweep, self.variant.online)
-        k += sweep(
-            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
-        )
-        k += ["  }", "}"]
-        return "\n".join(k)
-
-    def _row_kernel_warp(
-        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
-        epilogue: list[str], result: str, op: str,
-    ) -> str:  # fmt: skip
-        """One warp per row (rows up to WARP_ROW_MAX): lane-strided sweeps, shuffle-only reductions."""
-
-        def sweep(stmt: str) -> list[str]:
-            return [
-                "    for (int64_t j = lane; j < R; j += 32) {",
-                *xb,
-                f"        const float xv = {xv};",
-                f"        {stmt}",
-                "    }",
-            ]
-
-        eps = literal(float(self._eps))
-        k = [f"__global__ void __launch_bounds__(256) {kname}_warp{signature} {{"]
-        k += pre
-        k.append("  const int lane = threadIdx.x & 31;")
-        k.append("  const int64_t warps = blockDim.x >> 5;")
-        k.append(
-            "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
-            " o += (int64_t)gridDim.x * warps) {"
-        )
-        k.append("    const int64_t base = o * R;")
-        self._lanes = True
+        name, bound = (f"{kname}_warp", "256") if warp else (kname, "1024")
+        k = [f"__global__ void __launch_bounds__({bound}) {name}{signature} {{"]
+        k += self._row_loop_head(pre, warp)
+        self._lanes = warp
         try:
             k += self._stats(op, eps, sweep, self.variant.online)
         finally:
@@ -187,6 +154,23 @@ class RowKernels(EmitterBase):
         )
         k += ["  }", "}"]
         return "\n".join(k)
+
+    @staticmethod
+    def _row_loop_head(pre: list[str], warp: bool) -> list[str]:
+        """Kernel prologue up to `base`: block scratch (block per row), operands, the loop over rows."""
+        k = [] if warp else ["  __shared__ float kf_scratch[1024 + 33];"]
+        k += pre
+        if warp:
+            k.append("  const int lane = threadIdx.x & 31;")
+            k.append("  const int64_t warps = blockDim.x >> 5;")
+            k.append(
+                "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
+                " o += (int64_t)gridDim.x * warps) {"
+            )
+        else:
+            k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        return k
 
     def _row_kernel_vec(
         self, kname: str, signature: str, pre: list[str], step: Step, src: Ref, leaves: list[Leaf],
@@ -225,19 +209,7 @@ class RowKernels(EmitterBase):
         name = f"{kname}_vwarp" if warp else f"{kname}_vregs"
         bound = "256" if warp else "ROW_BLOCK"
         k = ["template <int V>", f"__global__ void __launch_bounds__({bound}) {name}{signature} {{"]
-        if not warp:
-            k.append("  __shared__ float kf_scratch[1024 + 33];")
-        k += pre
-        if warp:
-            k.append("  const int lane = threadIdx.x & 31;")
-            k.append("  const int64_t warps = blockDim.x >> 5;")
-            k.append(
-                "  for (int64_t o = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); o < outer;"
-                " o += (int64_t)gridDim.x * warps) {"
-            )
-        else:
-            k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
-        k.append("    const int64_t base = o * R;")
+        k += self._row_loop_head(pre, warp)
         k.append("    float xr[4 * V];")
         k.append("    #pragma unroll")
         k.append("    for (int i = 0; i < V; ++i) {")
@@ -305,10 +277,7 @@ class RowKernels(EmitterBase):
 
         eps = literal(float(self._eps))
         k = ["template <int PT>", f"__global__ void __launch_bounds__(ROW_BLOCK) {kname}_regs{signature} {{"]
-        k.append("  __shared__ float kf_scratch[1024 + 33];")
-        k += pre
-        k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
-        k.append("    const int64_t base = o * R;")
+        k += self._row_loop_head(pre, False)
         k.append("    float xr[PT];")
         k.append("    #pragma unroll")
         k.append("    for (int i = 0; i < PT; ++i) {")
