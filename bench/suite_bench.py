@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -213,7 +214,7 @@ class StackRunner:
         self.stack.start()
         self.client = KernelFoundryClient(self.stack.grpc_address)
 
-    def __call__(self, task: Task, budget: int) -> dict[str, Any]:
+    def submit(self, task: Task, budget: int) -> str:
         from dataclasses import replace
 
         from kernelfoundry.tasks.model import Budget
@@ -223,9 +224,15 @@ class StackRunner:
         config = run_pb2.RunConfig(
             hardware=self.hardware, iterations=1000, population=self.population, sweeps=True
         )
-        run_id = self.client.submit(budgeted, config)
-        while (progress := self.client.get_run(run_id)).status == run_pb2.RUN_STATUS_RUNNING:
-            time.sleep(1.0)
+        return self.client.submit(budgeted, config)
+
+    def result(self, run_id: str) -> dict[str, Any] | None:
+        """The run's outcome once it has ended; None while it runs."""
+        from kernelfoundry.v1 import run_pb2
+
+        progress = self.client.get_run(run_id)
+        if progress.status == run_pb2.RUN_STATUS_RUNNING:
+            return None
         best = progress.best
         return {
             "run_id": run_id,
@@ -245,10 +252,8 @@ class StackRunner:
         self.stack.stop()
 
 
-def bench_stack_task(
-    path: Path, args: argparse.Namespace, limits: dict[str, float], runner: StackRunner
-) -> dict:
-    """Floor and baselines measured here as for the other harnesses; the search by the whole system."""
+def stack_baseline(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> tuple[Task, dict]:
+    """Floor and baselines measured here as for the other harnesses, before the system searches."""
     backend = args.backend
     device = "cuda" if backend == "cuda" else "cpu"
     task = make_task(path, backend)
@@ -266,7 +271,11 @@ def bench_stack_task(
             row["compile_ms"] = timed(lambda: compiled(*ref.inputs), device, args.runs)
         except Exception as exc:  # torch.compile may be unavailable for a task or device
             row["compile_error"] = f"{type(exc).__name__}: {exc}"[:200]
-    found = runner(task, args.budget)
+    return task, row
+
+
+def stack_row(row: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
+    """The baseline row completed with what the system found."""
     row.update({k: v for k, v in found.items() if v is not None})
     if row.get("best_ms") and row.get("eager_ms"):
         # eager as the executor timed it, beside the candidate, with the same method (cache flushed)
@@ -277,6 +286,33 @@ def bench_stack_task(
     else:
         row["error"] = f"no correct kernel ({found['status']})"
     return row
+
+
+def run_stack_suite(
+    paths: list[Path], args: argparse.Namespace, limits: dict[str, float], runner: StackRunner
+) -> Iterator[dict[str, Any]]:
+    """Every task's baselines first (nothing else on the device while they are timed), then the runs,
+    `--parallel-runs` of them submitted at a time; rows come out as runs end."""
+    pending: list[tuple[Task, dict[str, Any]]] = []
+    for p in paths:
+        try:
+            pending.append(stack_baseline(p, args, limits))
+        except Exception as exc:  # reported as the task's error, the suite goes on
+            yield {"task": p.stem, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}"[:400]}
+    running: dict[str, dict[str, Any]] = {}
+    while pending or running:
+        while pending and len(running) < args.parallel_runs:
+            task, row = pending.pop(0)
+            try:
+                running[runner.submit(task, args.budget)] = row
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+                yield row
+        time.sleep(1.0)
+        for run_id in list(running):
+            found = runner.result(run_id)
+            if found is not None:
+                yield stack_row(running.pop(run_id), found)
 
 
 def bench_task(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> dict[str, Any]:
@@ -434,6 +470,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
     ap.add_argument("--harness", choices=("engine", "internal", "stack"), default="engine")
     ap.add_argument("--population", type=int, default=2, help="generation requests per iteration (stack)")
+    ap.add_argument("--parallel-runs", type=int, default=1, help="runs the system searches at once (stack)")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
     ap.add_argument("--jobs", type=int, default=4, help="parallel builds")
     ap.add_argument("--task-timeout", type=float, default=600.0)
@@ -461,17 +498,14 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     dest = write_results(args, device, limits, rows)
     print(HEADER)
-    runner = StackRunner(args.backend, args.population) if args.harness == "stack" else None
-    for p in paths:
-        if runner is not None:
-            try:
-                row = bench_stack_task(p, args, limits, runner)
-            except Exception as exc:  # reported as the task's error, the suite goes on
-                row = {"task": p.stem, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}"[:400]}
-        elif args.harness == "internal":
-            row = isolated(p, args, limits)
-        else:
-            row = bench_task(p, args, limits)
+    if args.harness == "stack":
+        runner = StackRunner(args.backend, args.population)
+        found: Iterable[dict[str, Any]] = run_stack_suite(paths, args, limits, runner)
+    else:
+        runner = None
+        run_one = isolated if args.harness == "internal" else bench_task
+        found = (run_one(p, args, limits) for p in paths)
+    for row in found:
         rows.append(row)
         print(row_line(row), flush=True)
         dest = write_results(args, device, limits, rows)

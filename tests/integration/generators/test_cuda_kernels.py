@@ -67,6 +67,9 @@ def test_reduction_seeds_use_float4_rows_and_fuse_a_broadcast_consumer_into_the_
     rms = seeds("level1_rms_norm", batch_size=2, features=5, dim1=4, dim2=16)
     fused = rms[1].source.code
     assert "_fcols<<<" in fused  # mean over the features and x / rms in one kernel
+    assert "_fcols4r<8><<<" in fused  # up to 64 reduced rows kept in registers between the two passes
+    assert "@kf.tunable FUSED_ROWS_IN_REGISTERS in [0, 1]" in fused  # or the tile re-read: a sweep decides
+    assert "cudaMallocFromPoolAsync" in fused  # intermediates from a pool that keeps its memory
     assert "< 32) {" in fused  # the separate pointwise launch only runs when the fused kernel did not
     layer = seeds("level1_layernorm", batch_size=2, seq_len=3, hidden=64)
     codes = [c.source.code for c in layer]
@@ -79,6 +82,7 @@ def test_reduction_seeds_use_float4_rows_and_fuse_a_broadcast_consumer_into_the_
 GPU_SHAPES = [
     ("level1_rms_norm", {"batch_size": 2, "features": 5, "dim1": 4, "dim2": 17}),  # inner 68: fused, float4
     ("level1_rms_norm", {"batch_size": 2, "features": 6, "dim1": 5, "dim2": 7}),  # inner 35: fused, scalar
+    ("level1_rms_norm", {"batch_size": 2, "features": 70, "dim1": 2, "dim2": 16}),  # 70 rows: no registers
     ("level1_rms_norm", {"batch_size": 2, "features": 3, "dim1": 2, "dim2": 5}),  # inner 10: separate
     ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 2048}),  # warp rows, 16 float4 per lane
     ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 66}),  # not a multiple of 4: scalar

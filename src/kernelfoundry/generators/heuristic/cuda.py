@@ -71,6 +71,10 @@ __device__ __forceinline__ float kf_warp_reduce(float v) {
 # of its threads idle and pays two barriers per reduction.
 WARP_TUNABLES = ("// @kf.tunable WARP_ROW_MAX in [1024, 4096, 16384] default 4096",)
 
+# A middle-dim reduction fused with its consumer keeps up to 64 reduced rows per thread in registers
+# (one DRAM read of the tile) or re-reads its tile for the consumer (fewer registers, more blocks).
+FUSED_TUNABLES = ("// @kf.tunable FUSED_ROWS_IN_REGISTERS in [0, 1] default 1",)
+
 REDUCE_TREE = r"""
 /* Shared-memory tree reduction with block barriers only; `scratch` holds blockDim.x floats. */
 template <int OP>
@@ -86,6 +90,36 @@ __device__ float kf_block_reduce_tree(float v, float* scratch) {
   const float r = scratch[0];
   __syncthreads();
   return r;
+}
+"""
+
+
+ALLOC = r"""
+#include <mutex>
+/* Intermediates come from a stream-ordered pool that keeps its memory between calls: the device's
+   default pool hands it back to the driver at every synchronisation, and mapping it again on the
+   next call costs more than a memory-bound kernel. */
+static float* kf_alloc(size_t bytes, cudaStream_t st) {
+  static cudaMemPool_t pools[64] = {};
+  static std::mutex guard;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(guard);
+    if (!pools[dev]) {
+      cudaMemPoolProps props = {};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = dev;
+      cudaMemPool_t pool;
+      if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) return nullptr;
+      uint64_t keep = UINT64_MAX;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+      pools[dev] = pool;
+    }
+  }
+  void* p = nullptr;
+  return cudaMallocFromPoolAsync(&p, bytes, pools[dev], st) == cudaSuccess ? (float*)p : nullptr;
 }
 """
 
@@ -108,6 +142,9 @@ class CudaEmitter(RowKernels, ColumnKernels):
         if "WARP_ROW_MAX" in "\n".join(bodies):
             lines += WARP_TUNABLES
             defaults.append(("WARP_ROW_MAX", 4096))
+        if "FUSED_ROWS_IN_REGISTERS" in "\n".join(bodies):
+            lines += FUSED_TUNABLES
+            defaults.append(("FUSED_ROWS_IN_REGISTERS", 1))
         for name, default in defaults:
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses
@@ -117,12 +154,8 @@ class CudaEmitter(RowKernels, ColumnKernels):
         helpers += [REDUCE_LANES] if "kf_warp_reduce" in used else []
         helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used else []
         lines += ["#include <cuda_runtime.h>", PRELUDE, *helpers]
+        lines += [ALLOC, ""]
         lines += [
-            "static float* kf_alloc(size_t bytes, cudaStream_t st) {",
-            "  void* p = nullptr;",
-            "  return cudaMallocAsync(&p, bytes, st) == cudaSuccess ? (float*)p : nullptr;",
-            "}",
-            "",
             "KF_DEFINE_ABI_VERSION()",
             "",
             *self.kernels,
@@ -424,6 +457,9 @@ class CudaEmitter(RowKernels, ColumnKernels):
                 k += self._fused_cols_kernel4(
                     kname, step, src, leaves, consumer, params2, pre2, loads2, init, comb, scale
                 )
+                k += self._fused_cols_kernel4_regs(
+                    kname, step, src, leaves, consumer, params2, pre2, loads2, init, comb, scale
+                )
             self._fused_into[consumer.out] = (src.name, d1)
             fused_args = (
                 ", " + ptr(consumer.out) + "".join(", " + x for x in self._consumer_args(step, consumer))
@@ -483,10 +519,13 @@ class CudaEmitter(RowKernels, ColumnKernels):
             ok = self._vec_ok(leaves, (ptr(step.out), ptr(consumer.out), *full))
             out.append(f"      if (inner >= 32 && {ok.replace('(R % 4 == 0)', '(inner % 4 == 0)')}) {{")
             out.append("        const int64_t tb = outer * ((inner / 4 + 31) / 32);")
-            out.append(
-                f"        {kname}_fcols4<<<(unsigned)(tb < 65535 * 8 ? tb : 65535 * 8), 256, 0, st>>>"
-                f"(outer, R, inner, {ptr(step.out)}{a2}{fused_args});"
-            )
+            grid = "<<<(unsigned)(tb < 65535 * 8 ? tb : 65535 * 8), 256, 0, st>>>"
+            fargs = f"(outer, R, inner, {ptr(step.out)}{a2}{fused_args});"
+            for v in (1, 2, 4, 8):  # short reduced dims: each thread keeps its rows in registers
+                out.append(f"        {'' if v == 1 else 'else '}if (FUSED_ROWS_IN_REGISTERS && R <= {8 * v})")
+                out.append(f"          {kname}_fcols4r<{v}>{grid}{fargs}")
+            out.append("        else")
+            out.append(f"          {kname}_fcols4{grid}{fargs}")
             out.append("      } else")
         if consumer is not None:
             out.append("      if (inner >= 32) {  /* the reduction and its broadcast consumer in one pass */")

@@ -83,25 +83,12 @@ class ColumnKernels(EmitterBase):
         """`_fused_cols_kernel` over float4 columns (inner a multiple of 4, operands 16-byte aligned):
         a warp moves 512 contiguous bytes per row instead of 128."""
         g = self.graph
-        extra = self._consumer_leaves(step, consumer)
         full = self._full_leaves(leaves)
-        cparams = [f"float* __restrict__ {ptr(consumer.out)}"]
-        cparams += [f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra]
-        k = [f"__global__ void __launch_bounds__(256) {kname}_fcols4(int64_t outer, int64_t R, int64_t inner,"
-             " float* __restrict__ out" + "".join(", " + p for p in params + cparams) + ") {"]  # fmt: skip
+        k = [_column_signature(f"{kname}_fcols4", params + self._consumer_params(step, consumer))]
         k.append("  __shared__ float4 kf_part4[8][32];")
         k += pre
-        cloads: dict = {}
-        cfull: list[tuple[int, Leaf]] = []
-        for n, leaf in enumerate(consumer.prologue_leaves(g)):
-            if leaf.name == step.out:
-                cloads[leaf] = "red4.{c}"
-            elif self._is_scalar(leaf):
-                k.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
-                cloads[leaf] = f"pc{n}"
-            else:
-                cfull.append((n, leaf))
-                cloads[leaf] = f"p{n}.{{c}}"
+        scalars, cloads, cfull = self._float4_consumer_loads(step, consumer, {})
+        k += scalars
         i4 = f"make_float4({init}, {init}, {init}, {init})"
         k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
         k.append("  const int64_t q = inner / 4, tiles = (q + 31) / 32;")
@@ -119,20 +106,7 @@ class ColumnKernels(EmitterBase):
         k += [f"        acc.{c} = {comb}(acc.{c}, part.{c});" for c in "xyzw"]
         k.append("      }")
         k.append("    }")
-        k.append("    kf_part4[ty][tx] = acc;")
-        k.append("    __syncthreads();")
-        k.append("    if (ty == 0) {")
-        k.append("      float4 r = kf_part4[0][tx];")
-        k.append("      for (int y = 1; y < 8; ++y) {")
-        k += [f"        r.{c} = {comb}(r.{c}, kf_part4[y][tx].{c});" for c in "xyzw"]
-        k.append("      }")
-        if scale:
-            k += [f"      r.{c} = r.{c}{scale};" for c in "xyzw"]
-        k.append("      kf_part4[0][tx] = r;")
-        k.append("      if (i4 < q) reinterpret_cast<float4*>(out + o * inner)[i4] = r;")
-        k.append("    }")
-        k.append("    __syncthreads();")
-        k.append("    const float4 red4 = kf_part4[0][tx];")
+        k += _float4_tile_reduce(comb, scale)
         rows: list[str] = []
         for comp in "xyzw":
             lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
@@ -153,6 +127,104 @@ class ColumnKernels(EmitterBase):
             )
         k.append("        float4 res;")
         k += rows
+        # evict-first stores keep L2 for the tile this loop re-reads
+        k.append(
+            "        __stcs("
+            + f"reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner) + i4, res);"
+        )
+        k.append("      }")
+        k.append("    }")
+        k.append("    __syncthreads();")
+        k.append("  }")
+        k.append("}")
+        return k
+
+    def _consumer_params(self, step: Step, consumer: Step) -> list[str]:
+        extra = self._consumer_leaves(step, consumer)
+        return [f"float* __restrict__ {ptr(consumer.out)}"] + [
+            f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra
+        ]
+
+    def _float4_consumer_loads(
+        self, step: Step, consumer: Step, cached: dict[str, int]
+    ) -> tuple[list[str], dict, list[tuple[int, Leaf]]]:
+        """How the fused consumer reads each operand, per float4 component `{c}`: the reduced column
+        (`red4`), a scalar loaded once, a row of the reduction's input kept in registers (`cached`: leaf
+        name -> register array index), or a float4 loaded per row (`p<n>`, returned in the list)."""
+        scalars: list[str] = []
+        cloads: dict = {}
+        cfull: list[tuple[int, Leaf]] = []
+        for n, leaf in enumerate(consumer.prologue_leaves(self.graph)):
+            if leaf.name == step.out:
+                cloads[leaf] = "red4.{c}"
+            elif self._is_scalar(leaf):
+                scalars.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
+                cloads[leaf] = f"pc{n}"
+            elif leaf.name in cached and leaf.trail == 0:
+                cloads[leaf] = f"cw{cached[leaf.name]}[v].{{c}}"
+            else:
+                cfull.append((n, leaf))
+                cloads[leaf] = f"p{n}.{{c}}"
+        return scalars, cloads, cfull
+
+    def _fused_cols_kernel4_regs(
+        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], consumer: Step, params: list[str],
+        pre: list[str], loads: dict, init: str, comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """`_fused_cols_kernel4` for reduced dims of at most 8 * V rows: each thread keeps its V rows of
+        the reduction's operands in registers, so DRAM sees the input once and the output once."""
+        g = self.graph
+        full = self._full_leaves(leaves)
+        k = ["template <int V>"]
+        k.append(_column_signature(f"{kname}_fcols4r", params + self._consumer_params(step, consumer)))
+        k.append("  __shared__ float4 kf_part4[8][32];")
+        k += pre
+        scalars, cloads, cfull = self._float4_consumer_loads(
+            step, consumer, {leaf.name: kk for kk, leaf in full}
+        )
+        k += scalars
+        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+        k.append("  const int64_t q = inner / 4, tiles = (q + 31) / 32;")
+        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+        k.append("    const int64_t o = b / tiles, i4 = (b % tiles) * 32 + tx;")
+        k.append(f"    float4 acc = make_float4({init}, {init}, {init}, {init});")
+        k += [f"    float4 cw{kk}[V];" for kk, _ in full]
+        k.append("    #pragma unroll")
+        k.append("    for (int v = 0; v < V; ++v) {  /* every load of the tile in flight at once */")
+        k.append("      const int64_t j = ty + 8 * (int64_t)v;")
+        k.append("      if (i4 < q && j < R) {")
+        k += [f"        cw{kk}[v] = {_row4(leaf.name)};" for kk, leaf in full]
+        k.append("      }")
+        k.append("    }")
+        k.append("    #pragma unroll")
+        k.append("    for (int v = 0; v < V; ++v) {")
+        k.append("      if (i4 < q && ty + 8 * v < R) {")
+        for comp in "xyzw":
+            lane = dict(loads)
+            for kk, leaf in full:
+                lane[leaf] = f"cw{kk}[v].{comp}"
+            b, val = self._emit(step, src, lane, "          ")
+            k += ["        {", *b, f"          acc.{comp} = {comb}(acc.{comp}, {val});", "        }"]
+        k.append("      }")
+        k.append("    }")
+        k += _float4_tile_reduce(comb, scale)
+        rows: list[str] = []
+        for comp in "xyzw":
+            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
+            b, val = emit(
+                g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
+            )
+            varying = [f"p{n}." for n, _ in cfull] + ["cw"]
+            hoisted, b, val = hoist_column_invariants(b, val, varying, f"_{comp}", "    ")
+            k += hoisted
+            rows += ["        {", *b, f"          res.{comp} = {val};", "        }"]
+        k.append("    #pragma unroll")
+        k.append("    for (int v = 0; v < V; ++v) {")
+        k.append("      const int64_t j = ty + 8 * (int64_t)v;")
+        k.append("      if (i4 < q && j < R) {")
+        k += [f"        const float4 p{n} = {_row4(leaf.name)};" for n, leaf in cfull]
+        k.append("        float4 res;")
+        k += rows
         k.append(f"        reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner)[i4] = res;")
         k.append("      }")
         k.append("    }")
@@ -168,7 +240,6 @@ class ColumnKernels(EmitterBase):
         """`_tiled_cols_kernel` whose block then applies the consumer to its 32-column tile while that
         tile is still in L1: the input is read from DRAM once and the consumer's output written once."""
         g = self.graph
-        extra = self._consumer_leaves(step, consumer)
         loads: dict = {}
         pre2: list[str] = []
         for k, leaf in enumerate(consumer.prologue_leaves(g)):
@@ -180,9 +251,7 @@ class ColumnKernels(EmitterBase):
             else:
                 loads[leaf] = f"{ptr(leaf.name)}[(o * R + j) * inner + i]"
         pbody, pval = emit(g, consumer, Ref(consumer.root.name), lambda leaf: loads[leaf], indent="        ")
-        cparams = [f"float* __restrict__ {ptr(consumer.out)}"]
-        cparams += [f"const float* __restrict__ {ptr(leaf.name)}" for leaf in extra]
-        k = _column_tile_open(f"{kname}_fcols", params + cparams, pre + pre2)
+        k = _column_tile_open(f"{kname}_fcols", params + self._consumer_params(step, consumer), pre + pre2)
         k += _column_tile_reduce(body, val, init, comb, scale)
         k.append("    const float red = kf_part[0][tx];")
         varying = [text for text in loads.values() if "(o * R + j)" in text]
@@ -192,7 +261,7 @@ class ColumnKernels(EmitterBase):
         k.append("      #pragma unroll 8")
         k.append("      for (int64_t j = ty; j < R; j += 8) {")
         k += pbody
-        k.append(f"        {ptr(consumer.out)}[(o * R + j) * inner + i] = {pval};")
+        k.append(f"        __stcs({ptr(consumer.out)} + (o * R + j) * inner + i, {pval});")
         k.append("      }")
         k.append("    }")
         k.append("    __syncthreads();")
@@ -236,10 +305,40 @@ class ColumnKernels(EmitterBase):
         return k
 
 
+def _float4_tile_reduce(comb: str, scale: str) -> list[str]:
+    """The 8 row groups' float4 partials meet in shared memory; the column's result is written to `out`
+    and every thread of the block gets it as `red4`."""
+    k = ["    kf_part4[ty][tx] = acc;"]
+    k.append("    __syncthreads();")
+    k.append("    if (ty == 0) {")
+    k.append("      float4 r = kf_part4[0][tx];")
+    k.append("      for (int y = 1; y < 8; ++y) {")
+    k += [f"        r.{c} = {comb}(r.{c}, kf_part4[y][tx].{c});" for c in "xyzw"]
+    k.append("      }")
+    if scale:
+        k += [f"      r.{c} = r.{c}{scale};" for c in "xyzw"]
+    k.append("      kf_part4[0][tx] = r;")
+    k.append("      if (i4 < q) reinterpret_cast<float4*>(out + o * inner)[i4] = r;")
+    k.append("    }")
+    k.append("    __syncthreads();")
+    k.append("    const float4 red4 = kf_part4[0][tx];")
+    return k
+
+
+def _column_signature(name: str, params: list[str]) -> str:
+    """A column kernel's signature: (outer, R, inner) of the reduced view, the reduced output, params."""
+    head = f"__global__ void __launch_bounds__(256) {name}(int64_t outer, int64_t R, int64_t inner,"
+    return head + " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"
+
+
+def _row4(name: str) -> str:
+    """Row j's 4 columns at i4 of operand `name`, as one float4 load."""
+    return f"reinterpret_cast<const float4*>({ptr(name)} + (o * R + j) * inner)[i4]"
+
+
 def _column_tile_open(name: str, params: list[str], pre: list[str]) -> list[str]:
     """Kernel head of the 32-column x 8-row-group tiling: signature, scratch, the loop over tiles."""
-    k = [f"__global__ void __launch_bounds__(256) {name}(int64_t outer, int64_t R, int64_t inner,"
-         " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
+    k = [_column_signature(name, params)]
     k.append("  __shared__ float kf_part[8][33];")
     k += pre
     k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
