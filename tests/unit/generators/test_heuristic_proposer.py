@@ -77,7 +77,7 @@ def test_heavy_ops_split_the_graph_into_parts_called_from_glue() -> None:
     assert parts[0].inputs == ["conv", "p_bias"]
 
 
-def test_seeds_are_a_direct_translation_and_a_fused_variant_with_honest_descriptors() -> None:
+def test_cpu_seeds_are_a_direct_translation_and_a_fused_variant_with_honest_descriptors() -> None:
     result = HeuristicGenerator().generate_sync(
         GenerationRequest("r", small_task("level2_elementwise_chain", batch_size=4, dim=16), "cpu", count=4)
     )
@@ -90,6 +90,38 @@ def test_seeds_are_a_direct_translation_and_a_fused_variant_with_honest_descript
     ops = reference_op_count(_chain_source())
     for candidate in (direct, fused):
         assert classify(candidate.source, ops, candidate.strategy).agrees
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "first_two"),
+    [
+        ("level1_softmax", {"batch_size": 2, "dim": 64}, ["cache_rows", "row_warps"]),
+        ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 64}, ["cache_rows", "row_warps"]),
+        ("level1_max_reduction", {"batch_size": 2, "dim1": 5, "dim2": 64}, ["row_warps", "fused"]),
+        ("level2_elementwise_chain", {"batch_size": 4, "dim": 16}, ["fused", "scalar"]),
+    ],
+)
+def test_cuda_seeds_put_the_strategies_that_win_first_and_the_direct_translation_last(
+    name: str, shape: dict, first_two: list[str]
+) -> None:
+    """The evolver's first generation takes `population` seeds (often 2): they must be the strong ones."""
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("r", small_task(name, **shape), "cuda", count=16)
+    )
+    variants = [parse_variant(c.source.code) for c in result.candidates]
+
+    def kind(v: object) -> str:
+        assert v is not None
+        if v.cache_rows:
+            return "cache_rows"
+        if v.row_warps:
+            return "row_warps"
+        if not v.fuse:
+            return "direct"
+        return "fused" if v.vectorize else "scalar"
+
+    assert [kind(v) for v in variants[:2]] == first_two
+    assert kind(variants[-1]) == "direct" and [kind(v) for v in variants].count("direct") == 1
 
 
 def test_generated_units_declare_guarded_tunables() -> None:

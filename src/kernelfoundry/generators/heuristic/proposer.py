@@ -52,50 +52,67 @@ def channels_last_applies(graph: Graph) -> bool:
 
 
 def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
-    """The archive seeds: direct translation first, then the fused variants worth trying."""
-    has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
-    has_rowop = any(n.kind == "rowop" for n in graph.nodes)
-    has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
-    has_sum = any(n.op in ("sum", "mean") for n in graph.nodes)
-    seeds = [
-        (
-            Variant(fuse=False, vectorize=False),
-            "direct translation: one loop per op, intermediates materialised",
-        ),
-        (Variant(), "fused: one pass per materialised value, vectorised, broadcast-aware"),
-    ]
+    """The archive seeds, the most promising first: the evolver's first generation asks for `population`
+    seeds (often 2), the rest come only through mutations."""
+    direct = (
+        Variant(fuse=False, vectorize=False),
+        "direct translation: one loop per op, intermediates materialised",
+    )
+    fused = (Variant(), "fused: one pass per materialised value, vectorised, broadcast-aware")
+    folded = (Variant(fold=True), "per-channel affine tail folded into the heavy op's weights, rest fused")
+    if backend == "cuda":
+        return cuda_seeds(graph, direct, fused, folded)
+    seeds = [direct, fused]
     if fold_affine_tails(graph)[1]:
-        seeds.append(
-            (Variant(fold=True), "per-channel affine tail folded into the heavy op's weights, rest fused")
-        )
-    # The generated GEMM families go right after the baseline: the evolver's first generation asks for
-    # `population` seeds (often 2), and these beat the library op + fused tail on the CPU tasks measured.
-    if backend == "cpu" and gemm_applies(graph):
+        seeds.append(folded)
+    # The generated GEMM families go right after the baseline: they beat the library op + fused tail on
+    # the CPU tasks measured.
+    if gemm_applies(graph):
         seeds.insert(
             1,
             (Variant(gemm=True), "linear in a tiled, register-blocked GEMM; the tail fused as its epilogue"),
         )
-    if backend == "cpu" and conv_applies(graph):
+    if conv_applies(graph):
         seeds.insert(
             1,
             (Variant(gemm=True), "conv as a register-blocked implicit GEMM; the tail fused into its stores"),
         )
-    if backend == "cuda" and has_rowop:
+    return seeds
+
+
+def cuda_seeds(
+    graph: Graph, direct: tuple[Variant, str], fused: tuple[Variant, str], folded: tuple[Variant, str]
+) -> list[tuple[Variant, str]]:
+    """CUDA seeds ordered by what won on the H200 suite (bench/results/suite_cuda.txt): rows held in
+    registers for row ops (softmax, layer norm: one read, one write), a warp per short row for
+    reductions, then the generic fused kernel; the direct translation, one launch per op and often
+    100-1000x slower, comes last (a correct fallback, expensive to time)."""
+    has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
+    has_rowop = any(n.kind == "rowop" for n in graph.nodes)
+    has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
+    has_sum = any(n.op in ("sum", "mean") for n in graph.nodes)
+    seeds: list[tuple[Variant, str]] = []
+    if has_rowop:
         seeds.append(
             (
                 Variant(cache_rows=True, online=has_softmax),
                 "fused, rows held in registers: one read, one write",
             )
         )
-    if backend == "cuda" and has_rows:
+    if has_rows:
         seeds.append((Variant(row_warps=True), "fused, one warp per row for short rows (shuffle-only)"))
-    if backend == "cuda" and has_softmax:
+    seeds.append(fused)
+    if fold_affine_tails(graph)[1]:
+        seeds.append(folded)
+    if has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
-    if backend == "cuda" and has_rows:
+    if has_rows:
         seeds.append((Variant(reduction="block"), "fused, block (shared-memory tree) reductions"))
-    if backend == "cuda" and has_sum:
+    if has_sum:
         seeds.append((Variant(reduction="atomic"), "fused, row splits combined with atomics"))
-    return seeds
+    if not has_rows:
+        seeds.append((Variant(vectorize=False), "fused, scalar grid-stride loops (no alignment needed)"))
+    return [*seeds, direct]
 
 
 def cpu_structural(graph: Graph, variant: Variant, mutation: str) -> tuple[Variant, str] | None:
