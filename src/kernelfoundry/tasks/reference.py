@@ -56,7 +56,8 @@ def instantiate(task: Task, shape: ShapeVariant, seed: int, device: str = "cpu")
     """Build the model and one input set for `shape`, deterministically from `seed`.
 
     The model's parameters are drawn with seed 0 for every shape so that all input sets of a task see
-    the same weights; inputs are drawn with `seed`. Raises TaskError(reference_error) if user code fails.
+    the same weights; inputs are drawn with `seed`, the task's factory calls (torch.randn ...) running on
+    `device`. Raises TaskError(reference_error) if user code fails.
     """
     import torch
 
@@ -68,7 +69,11 @@ def instantiate(task: Task, shape: ShapeVariant, seed: int, device: str = "cpu")
         model = module.Model(*init_inputs)
         model = model.to(device).eval()
         torch.manual_seed(seed)
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+        # Drawn on the device itself: an evaluation builds about ten input sets, and drawing a task
+        # sized for an H200 (hundreds of MB) on the host and copying it over took seconds each time.
+        with torch.device(device):
+            drawn = module.get_inputs()
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in drawn]
     except TaskError:
         raise
     except Exception as exc:
