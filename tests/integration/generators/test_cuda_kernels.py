@@ -79,6 +79,20 @@ def test_reduction_seeds_use_float4_rows_and_fuse_a_broadcast_consumer_into_the_
     assert all("w0[u] = reinterpret_cast<const float4*>" in c.source.code for c in rows[1:3])
 
 
+def test_rows_in_registers_take_the_max_first_and_one_exponential_per_element() -> None:
+    """With the row in registers a second sweep is free: no online rescaling (two exponentials per
+    element), and softmax keeps exp(x - m) in the register for its output."""
+    for name in ("level1_softmax", "level1_log_softmax"):
+        cached = [c for c in seeds(name, batch_size=2, dim=64) if parse_variant(c.source.code).cache_rows]
+        assert cached
+        code = cached[0].source.code
+        for kernel in ("kf_step1_vregs(", "kf_step1_regs("):
+            start = code.index(kernel)
+            body = code[start : code.index("\n}\n", start)]
+            assert body.count("kf_exp(") == 1, (name, kernel)
+            assert "m_new" not in body
+
+
 GPU_SHAPES = [
     ("level1_rms_norm", {"batch_size": 2, "features": 5, "dim1": 4, "dim2": 17}),  # inner 68: fused, float4
     ("level1_rms_norm", {"batch_size": 2, "features": 6, "dim1": 5, "dim2": 7}),  # inner 35: fused, scalar
@@ -87,6 +101,8 @@ GPU_SHAPES = [
     ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 2048}),  # warp rows, 16 float4 per lane
     ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 66}),  # not a multiple of 4: scalar
     ("level1_softmax", {"batch_size": 3, "dim": 16384}),  # block rows in registers
+    ("level1_softmax", {"batch_size": 3, "dim": 1002}),  # not a multiple of 4: scalar rows in registers
+    ("level2_softmax_scale_residual", {"batch_size": 3, "dim": 2052}),  # exp kept in registers + tail
     ("level1_log_softmax", {"batch_size": 5, "dim": 100}),
     ("level1_max_reduction", {"batch_size": 2, "dim1": 3, "dim2": 4100}),  # float4 sweep + remainder
     ("level1_max_reduction", {"batch_size": 2, "dim1": 3, "dim2": 67}),

@@ -92,12 +92,29 @@ class RowKernels(EmitterBase):
             value = f"({value} + {b}[{idx}])"
         return value
 
-    def _stats(self, op: str, eps: str, sweep: Callable[[str], list[str]], online: bool) -> list[str]:
-        """Row statistics: m, inv, ls (softmax family) or mean, rstd (norms); `sweep(stmt)` loops over xv."""
+    def _stats(
+        self, op: str, eps: str, sweep: Callable[[str], list[str]], online: bool, slot: str | None = None
+    ) -> list[str]:
+        """Row statistics: m, inv, ls (softmax family) or mean, rstd (norms); `sweep(stmt)` loops over xv.
+
+        `slot`: the row is in registers and `slot` is the current element's register. Extra sweeps then
+        cost no memory traffic, so the max comes first (no online rescaling, whose two exponentials per
+        element made the H200 softmax compute-bound), and softmax leaves exp(x - m) in the register
+        for the output (`xv * inv`): one exponential per element in all.
+        """
         k: list[str] = []
         if op in ("softmax", "log_softmax"):
             k.append("    float m = -INFINITY, s = 0.0f;")
-            if online:
+            if slot is not None:
+                k += sweep("m = fmaxf(m, xv);")
+                k.append("    m = " + self._reduce_call(1, "m") + ";")
+                k += sweep(
+                    f"{{ const float e = kf_exp(xv - m); {slot} = e; s += e; }}"
+                    if op == "softmax"
+                    else "s += kf_exp(xv - m);"
+                )
+                k.append("    s = " + self._reduce_call(0, "s") + ";")
+            elif online:
                 k += sweep(
                     "{ const float m_new = fmaxf(m, xv); s = s * kf_exp(m - m_new) + kf_exp(xv - m_new);"
                     " m = m_new; }"
@@ -233,9 +250,11 @@ class RowKernels(EmitterBase):
         eps = literal(float(self._eps))
         self._lanes = warp
         try:
-            k += self._stats(op, eps, sweep, self.variant.online)
+            k += self._stats(op, eps, sweep, self.variant.online, slot="xr[4 * i + c]")
         finally:
             self._lanes = False
+        if op == "softmax":
+            value = "xv * inv"  # the registers hold exp(x - m) now
         k.append("    #pragma unroll")
         k.append("    for (int i = 0; i < V; ++i) {")
         k.append(f"      const int64_t j4 = {tid} + (int64_t)i * {group};")
@@ -288,7 +307,9 @@ class RowKernels(EmitterBase):
         k.append(f"        xr[i] = {xv};")
         k.append("      }")
         k.append("    }")
-        k += self._stats(op, eps, sweep, self.variant.online)
+        k += self._stats(op, eps, sweep, self.variant.online, slot="xr[i]")
+        if op == "softmax":
+            value = "xv * inv"  # the registers hold exp(x - m) now
         k += sweep(
             "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
         )
