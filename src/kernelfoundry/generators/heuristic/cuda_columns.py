@@ -82,7 +82,6 @@ class ColumnKernels(EmitterBase):
     ) -> list[str]:  # fmt: skip
         """`_fused_cols_kernel` over float4 columns (inner a multiple of 4, operands 16-byte aligned):
         a warp moves 512 contiguous bytes per row instead of 128."""
-        g = self.graph
         full = self._full_leaves(leaves)
         k = [_column_signature(f"{kname}_fcols4", params + self._consumer_params(step, consumer))]
         k.append("  __shared__ float4 kf_part4[8][32];")
@@ -107,16 +106,8 @@ class ColumnKernels(EmitterBase):
         k.append("      }")
         k.append("    }")
         k += _float4_tile_reduce(comb, scale)
-        rows: list[str] = []
-        for comp in "xyzw":
-            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
-            b, v = emit(
-                g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
-            )
-            varying = [f"p{n}." for n, _ in cfull]
-            hoisted, b, v = hoist_column_invariants(b, v, varying, f"_{comp}", "    ")
-            k += hoisted
-            rows += ["        {", *b, f"          res.{comp} = {v};", "        }"]
+        hoisted, rows = self._float4_consumer_rows(consumer, cloads, [f"p{n}." for n, _ in cfull])
+        k += hoisted
         k.append("    if (i4 < q) {")
         k.append("      #pragma unroll 8")
         k.append("      for (int64_t j = ty; j < R; j += 8) {")
@@ -167,13 +158,33 @@ class ColumnKernels(EmitterBase):
                 cloads[leaf] = f"p{n}.{{c}}"
         return scalars, cloads, cfull
 
+    def _float4_consumer_rows(
+        self, consumer: Step, cloads: dict, varying: list[str]
+    ) -> tuple[list[str], list[str]]:
+        """The consumer's statements for one float4 of a row, component by component into `res`, and
+        its column-only statements hoisted before the row loop (`varying` marks row-dependent reads)."""
+        hoisted: list[str] = []
+        rows: list[str] = []
+        for comp in "xyzw":
+            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
+            b, val = emit(
+                self.graph,
+                consumer,
+                Ref(consumer.root.name),
+                lambda leaf, ll=lane: ll[leaf],
+                indent="          ",
+            )
+            lifted, b, val = hoist_column_invariants(b, val, varying, f"_{comp}", "    ")
+            hoisted += lifted
+            rows += ["        {", *b, f"          res.{comp} = {val};", "        }"]
+        return hoisted, rows
+
     def _fused_cols_kernel4_regs(
         self, kname: str, step: Step, src: Ref, leaves: list[Leaf], consumer: Step, params: list[str],
         pre: list[str], loads: dict, init: str, comb: str, scale: str,
     ) -> list[str]:  # fmt: skip
         """`_fused_cols_kernel4` for reduced dims of at most 8 * V rows: each thread keeps its V rows of
         the reduction's operands in registers, so DRAM sees the input once and the output once."""
-        g = self.graph
         full = self._full_leaves(leaves)
         k = ["template <int V>"]
         k.append(_column_signature(f"{kname}_fcols4r", params + self._consumer_params(step, consumer)))
@@ -208,16 +219,8 @@ class ColumnKernels(EmitterBase):
         k.append("      }")
         k.append("    }")
         k += _float4_tile_reduce(comb, scale)
-        rows: list[str] = []
-        for comp in "xyzw":
-            lane = {leaf: text.replace("{c}", comp) for leaf, text in cloads.items()}
-            b, val = emit(
-                g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
-            )
-            varying = [f"p{n}." for n, _ in cfull] + ["cw"]
-            hoisted, b, val = hoist_column_invariants(b, val, varying, f"_{comp}", "    ")
-            k += hoisted
-            rows += ["        {", *b, f"          res.{comp} = {val};", "        }"]
+        hoisted, rows = self._float4_consumer_rows(consumer, cloads, [f"p{n}." for n, _ in cfull] + ["cw"])
+        k += hoisted
         k.append("    #pragma unroll")
         k.append("    for (int v = 0; v < V; ++v) {")
         k.append("      const int64_t j = ty + 8 * (int64_t)v;")
