@@ -7,8 +7,9 @@ from the strategy: CPU `omp simd` -> memory 1, L1 tile buffers / the channels-la
 row splits -> 3; CUDA float4 -> memory 1, __shared__ reduction scratch -> 2, tree (barriers only) -> 1,
 warp shuffles -> 2, atomics -> 3, online softmax (`m_new`) -> algorithm 2; the CPU GEMM family (a
 register tile `acc[MR][NR]` over KC slices / a local panel) -> memory 3, with `omp simd reduction` row
-tails -> parallelism 2. The classifier's fusion rule
-counts math-op families in the unit, so the algorithm axis otherwise comes from the unit itself.
+tails -> parallelism 2; the CUDA GEMM family (double-buffered `__shared__` tiles, `float acc[TM][TN]`)
+-> memory 3, its barriers -> parallelism 1, atomics for a sum / mean tail -> 3. The classifier's fusion
+rule counts math-op families in the unit, so the algorithm axis otherwise comes from the unit itself.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kernelfoundry.domain.kernel import KernelSource, Tunable, TunableValue
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
+from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_plan, cuda_gemm_unit
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph
@@ -66,6 +68,14 @@ def descriptors_for(
         assert plan is not None
         rows = plan.step.kind != "pointwise" and variant.vectorize
         return Descriptors(memory=3, algorithm=algorithm, parallelism=2 if rows else 0)
+    if backend == "cuda" and variant.gemm and cuda_gemm_plan(graph) is not None:
+        # double-buffered shared tiles + a register tile; one barrier per K slice, and a sum / mean
+        # tail adds each block's row partials with atomicAdd (after half-warp shuffles)
+        plan = cuda_gemm_plan(graph)
+        assert plan is not None
+        return Descriptors(
+            memory=3, algorithm=algorithm, parallelism=3 if plan.step.kind == "reduction" else 1
+        )
     if backend == "cpu":
         parts = partition(graph, variant.fuse)
         kinds = {s.kind for p in parts for s in p.steps}
@@ -101,6 +111,12 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
     header = [f"// KernelFoundry heuristic proposer: task `{task_name}`, backend {backend}"]
     plan = gemm_plan(graph) if backend == "cpu" and variant.gemm else None
     cplan = conv_plan(graph) if backend == "cpu" and variant.gemm else None
+    gplan = cuda_gemm_plan(graph) if backend == "cuda" and variant.gemm else None
+    if gplan is not None:
+        code = cuda_gemm_unit(graph, gplan, variant, header)
+        return KernelSource(
+            language="cuda", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
+        )
     if plan is not None or cplan is not None:
         if plan is not None:
             code = gemm_unit(graph, plan, variant, header, ISA_DISPATCH)

@@ -8,9 +8,12 @@ INNER_TILE where neither applies), "vectorize" toggles SIMD/float4, "parallel" c
 decomposition, "retune" draws new tunable values. CPU GEMM family (the linear / conv itself generated as
 a tiled / implicit GEMM, the tail its epilogue): a seed where it applies; "fusion" moves a fused parent
 into it and a GEMM parent back to the library op; "tiling" / "reduction" of a GEMM parent move its cache
-/ register blocking. A parent with compile/mismatch feedback is repaired
-by falling back to the most conservative variant. `hints` and `proposal_weights` steer which mutation
-is applied when the request names none. Deterministic for a given request seed. Never compiles or evaluates.
+/ register blocking. CUDA GEMM family (cuda_gemm.py: the linear as a tiled SGEMM, a pointwise or sum /
+mean tail as its epilogue): a seed after the fused and folded ones, reached by "fusion" of a fused
+parent likewise; "tiling" of a GEMM parent moves its block tile (BM / BN), "reduction" its K slice (BK).
+A parent with compile/mismatch feedback is repaired by falling back to the most conservative variant.
+`hints` and `proposal_weights` steer which mutation is applied when the request names none.
+Deterministic for a given request seed. Never compiles or evaluates.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from kernelfoundry.generators.base import (
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies
+from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.layout import channels_last_source
@@ -86,7 +90,9 @@ def cuda_seeds(
     """CUDA seeds ordered by what won on the H200 suite (bench/results/suite_cuda.txt): rows held in
     registers for row ops (softmax, layer norm: one read, one write), a warp per short row for
     reductions, then the generic fused kernel; the direct translation, one launch per op and often
-    100-1000x slower, comes last (a correct fallback, expensive to time)."""
+    100-1000x slower, comes last (a correct fallback, expensive to time). The GEMM family (a linear with
+    a pointwise or sum / mean tail as one tiled SGEMM) follows the fused and folded seeds: it is not yet
+    timed on a GPU, and cuBLAS, which the fused seeds keep, runs fp32 GEMMs near the H200's peak."""
     has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
     has_rowop = any(n.kind == "rowop" for n in graph.nodes)
     has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
@@ -104,6 +110,10 @@ def cuda_seeds(
     seeds.append(fused)
     if fold_affine_tails(graph)[1]:
         seeds.append(folded)
+    if cuda_gemm_applies(graph):
+        seeds.append(
+            (Variant(gemm=True), "linear as a tiled SGEMM (shared + register tiles), tail as its epilogue")
+        )
     if has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
     if has_rows:
@@ -140,17 +150,21 @@ def cpu_structural(graph: Graph, variant: Variant, mutation: str) -> tuple[Varia
     return None
 
 
-_GEMM_TILES = {"tiling": ("MC", "KC"), "reduction": ("MR", "NV")}
+_GEMM_TILES = {
+    "cpu": {"tiling": ("MC", "KC"), "reduction": ("MR", "NV")},
+    "cuda": {"tiling": ("BM", "BN"), "reduction": ("BK",)},
+}
 _GEMM_MOVES = ("fusion", "tiling", "reduction")
 
 
 def gemm_mutation(
     graph: Graph, task: str, variant: Variant, mutation: str, request: GenerationRequest, rng: random.Random
 ) -> tuple[Variant, str, KernelSource]:
-    """CPU moves into and inside the GEMM family. `fusion` of a fused parent fuses the linear too (tiled
+    """Moves into and inside the GEMM family. `fusion` of a fused parent fuses the linear too (tiled
     GEMM, tail as its epilogue), `fusion` of a GEMM parent hands the linear back to torch (the tail stays
-    fused); `tiling` moves one cache block (MC rows / KC slice), `reduction` the register block (MR x NV
-    accumulators) to another declared value."""
+    fused). CPU: `tiling` moves one cache block (MC rows / KC slice), `reduction` the register block
+    (MR x NV accumulators); CUDA: `tiling` the block tile (BM / BN, which sets the register tile),
+    `reduction` the K slice per barrier (BK); each to another declared value."""
     assert request.parent is not None
     parent = request.parent.source
     if mutation == "fusion":
@@ -159,7 +173,8 @@ def gemm_mutation(
         why = "linear fused into a tiled GEMM, tail as its epilogue" if on else "linear back in torch"
         return changed, why, HeuristicGenerator._keep_params(graph, task, changed, request)
     declared = {t.name: t for t in parent.tunables}
-    names = [n for n in _GEMM_TILES[mutation] if n in declared] or [n for n in ("MR", "NV") if n in declared]
+    tiles = _GEMM_TILES[request.backend]
+    names = [n for n in tiles[mutation] if n in declared] or [n for n in tiles["reduction"] if n in declared]
     if not names:
         return variant, "new tile sizes", parent
     name = rng.choice(names)
@@ -269,13 +284,13 @@ class HeuristicGenerator:
             return
         for _ in range(request.count):
             mutation = _pick_mutation(request, rng)
-            to_gemm = (
-                mutation == "fusion"
-                and parent_variant.fuse
-                and not parent_variant.fold
-                and (gemm_applies(graph) or conv_applies(graph))
+            family = (
+                cuda_gemm_applies(graph)
+                if backend == "cuda"
+                else backend == "cpu" and (gemm_applies(graph) or conv_applies(graph))
             )
-            if backend == "cpu" and (to_gemm or (parent_variant.gemm and mutation in _GEMM_MOVES)):
+            to_gemm = mutation == "fusion" and parent_variant.fuse and not parent_variant.fold and family
+            if family and (to_gemm or (parent_variant.gemm and mutation in _GEMM_MOVES)):
                 variant, why, src = gemm_mutation(graph, task, parent_variant, mutation, request, rng)
                 yield candidate(variant, mutation, why, src)
                 continue

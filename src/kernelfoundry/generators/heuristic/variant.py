@@ -25,9 +25,9 @@ class Variant:
     fold: bool = False  # fold per-channel affine tails into the heavy op's weights (glue)
     row_warps: bool = False  # CUDA rows: one warp per row when R <= WARP_ROW_MAX
     channels_last: bool = False  # CPU conv tails: conv in NHWC, tail transposes through a tile
-    gemm: bool = (
-        False  # CPU: the linear / conv itself generated (tiled / implicit GEMM), the tail its epilogue
-    )
+    # the linear itself generated, the tail its epilogue: CPU tiled GEMM (cpu_gemm.py) or implicit-GEMM
+    # conv (cpu_conv.py); CUDA tiled SGEMM with a pointwise or sum / mean tail (cuda_gemm.py)
+    gemm: bool = False
 
     def line(self) -> str:
         data = asdict(self)

@@ -1,0 +1,315 @@
+"""CUDA tiled SGEMM with a fused epilogue: `nn.Linear` + its tail in one kernel, no glue.
+
+The CUDA counterpart of cpu_gemm.py, for the graphs `gemm_plan` accepts whose tail is a pointwise chain
+over the linear's output or a pointwise chain followed by a sum / mean over the features (softmax and
+log-softmax tails keep cuBLAS + the fused row kernel; max / min tails are refused too: a float atomic
+max needs a CAS loop and an output filled with -inf first, and no task needs one).
+
+y = x W^T + b, both x (M, K) and W (N, K) K-contiguous ("NT"), fp32 FMAs only (no TF32, no tensor
+cores). A classic SIMT SGEMM:
+- one block of 256 threads per BM x BN output tile (a 16 x 16 thread grid), each thread a register
+  tile of KF_TM x KF_TN = (BM / 16) x (BN / 16) accumulators (`float acc[KF_TM][KF_TN]`, 8 x 8 at the
+  defaults); a thread's rows are runs of 4 rows 64 apart (likewise its columns), so the inner loop
+  reads float4s of the shared tiles without bank conflicts and the stores of a warp cover whole rows;
+- K is walked in BK slices; the x and W tiles of a slice are loaded (float4 when K % 4 == 0 and both
+  pointers are 16-byte aligned, checked on the host: the `kf_gemm<1>` instance, else the scalar-load
+  `kf_gemm<0>`) and stored transposed into shared memory as As[BK][BM + 4] / Bs[BK][BN + 4] (the pad
+  spreads the transposing stores over the banks: conflict-free at BK = 8, two-way at 16), double
+  buffered: the next slice is loaded into registers while the current one is multiplied, one barrier
+  per slice;
+- any M, N, K: out-of-range rows / columns / k load as 0, stores are guarded;
+- epilogue on the accumulators: bias, then the tail per element, stored once (float4 stores where the
+  output rows allow); a sum / mean tail reduces the thread's columns, then the 16 threads of a row
+  (half a warp) by shuffles, and adds the block's partial into out[row] with atomicAdd (the output is
+  zeroed on the stream first; a mean scales each partial by 1 / N).
+
+Tunables: BM, BN (64 or 128: the block tile, so the register tile is 4 or 8 rows / columns) and BK (8 or
+16: the K slice per barrier). Compiled for sm_90 but not yet timed on a GPU. Pure string building.
+"""
+
+from __future__ import annotations
+
+from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan
+from kernelfoundry.generators.heuristic.graph import Graph, Ref
+from kernelfoundry.generators.heuristic.plan import Leaf
+from kernelfoundry.generators.heuristic.prelude import PRELUDE
+from kernelfoundry.generators.heuristic.stepexpr import emit
+from kernelfoundry.generators.heuristic.variant import Variant
+
+CUDA_GEMM_TUNABLES = (
+    "// @kf.tunable BM in [64, 128] default 128",
+    "// @kf.tunable BN in [64, 128] default 128",
+    "// @kf.tunable BK in [8, 16] default 8",
+)
+_DEFAULTS = {"BM": 128, "BN": 128, "BK": 8}
+_CUDA_REDUCTIONS = ("sum", "mean")
+
+_KERNEL_HEAD = r"""
+static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
+static_assert(BN == 64 || BN == 128, "BN must be 64 or 128");
+static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
+#define KF_TM (BM / 16)  /* rows per thread: runs of 4 rows 64 apart (two at BM = 128) */
+#define KF_TN (BN / 16)  /* columns per thread, likewise */
+#define KF_PAD 4  /* shared tiles' row pad: transposing stores spread over the banks, float4-aligned rows */
+
+/* One BM x BN tile of y = x W^T (+ b, then the tail) per block of 256 threads; at most 128 registers
+   per thread, so two blocks share an SM. VEC: float4 loads of x and W (K % 4 == 0, 16-byte aligned
+   pointers); vec_out: float4 stores (N % 4 == 0, aligned output). */
+template <int VEC>
+__global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const float* __restrict__ X,
+                                                  const float* __restrict__ W, const float* __restrict__ bias,
+                                                  float* __restrict__ out, int vec_out) {
+  __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
+  __shared__ __align__(16) float Bs[2][BK][BN + KF_PAD];
+  constexpr int F = VEC ? 4 : 1;  /* floats per load */
+  constexpr int KU = BK / F;  /* loads per tile row (one row of x or W, BK long) */
+  constexpr int AU = BM * KU, BU = BN * KU;  /* loads per tile */
+  constexpr int LA = (AU + 255) / 256, LB = (BU + 255) / 256;  /* loads per thread */
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  float ra[LA][F], rb[LB][F];
+  float acc[KF_TM][KF_TN];
+  #pragma unroll
+  for (int i = 0; i < KF_TM; ++i) {
+    #pragma unroll
+    for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
+  }
+  /* global -> registers: slice [k0, k0 + BK) of the block's rows of x and W, zeros out of range */
+  auto load = [&](int k0) {
+    #pragma unroll
+    for (int l = 0; l < LA; ++l) {
+      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      const int gm = m0 + r, gk = k0 + kk;
+      const bool ok = e < AU && gm < M && gk < K;
+      if constexpr (VEC) {
+        const float4 v = ok ? *reinterpret_cast<const float4*>(X + (int64_t)gm * K + gk)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
+      } else {
+        ra[l][0] = ok ? X[(int64_t)gm * K + gk] : 0.0f;
+      }
+    }
+    #pragma unroll
+    for (int l = 0; l < LB; ++l) {
+      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      const int gn = n0 + r, gk = k0 + kk;
+      const bool ok = e < BU && gn < N && gk < K;
+      if constexpr (VEC) {
+        const float4 v = ok ? *reinterpret_cast<const float4*>(W + (int64_t)gn * K + gk)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
+      } else {
+        rb[l][0] = ok ? W[(int64_t)gn * K + gk] : 0.0f;
+      }
+    }
+  };
+  /* registers -> shared buffer `b`, transposed to k-major ([k][row]) */
+  auto store = [&](int b) {
+    #pragma unroll
+    for (int l = 0; l < LA; ++l) {
+      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      if (e < AU) {
+        #pragma unroll
+        for (int u = 0; u < F; ++u) As[b][kk + u][r] = ra[l][u];
+      }
+    }
+    #pragma unroll
+    for (int l = 0; l < LB; ++l) {
+      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      if (e < BU) {
+        #pragma unroll
+        for (int u = 0; u < F; ++u) Bs[b][kk + u][r] = rb[l][u];
+      }
+    }
+  };
+  const int slices = (K + BK - 1) / BK;
+  if (slices > 0) {
+    load(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int s = 0; s < slices; ++s) {
+    const int cur = s & 1;
+    if (s + 1 < slices) load((s + 1) * BK);  /* in flight while this slice is multiplied */
+    #pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      float a[KF_TM], b[KF_TN];
+      #pragma unroll
+      for (int p = 0; p < KF_TM / 4; ++p) {
+        const float4 v = *reinterpret_cast<const float4*>(&As[cur][k][p * 64 + ty * 4]);
+        a[p * 4] = v.x; a[p * 4 + 1] = v.y; a[p * 4 + 2] = v.z; a[p * 4 + 3] = v.w;
+      }
+      #pragma unroll
+      for (int q = 0; q < KF_TN / 4; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(&Bs[cur][k][q * 64 + tx * 4]);
+        b[q * 4] = v.x; b[q * 4 + 1] = v.y; b[q * 4 + 2] = v.z; b[q * 4 + 3] = v.w;
+      }
+      #pragma unroll
+      for (int i = 0; i < KF_TM; ++i) {
+        #pragma unroll
+        for (int j = 0; j < KF_TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      }
+    }
+    if (s + 1 < slices) store(cur ^ 1);  /* the other buffer: last read before the previous barrier */
+    __syncthreads();
+  }
+"""
+
+
+def cuda_gemm_plan(graph: Graph) -> GemmPlan | None:
+    """The plan when the CUDA GEMM family applies: a pointwise tail, or a pointwise chain and a sum /
+    mean over the features; None otherwise (softmax, log-softmax, max, min, or no linear)."""
+    plan = gemm_plan(graph)
+    if plan is None:
+        return None
+    if plan.step.kind == "pointwise":
+        return plan
+    if plan.step.kind == "reduction" and plan.step.root.op in _CUDA_REDUCTIONS:
+        return plan
+    return None
+
+
+def cuda_gemm_applies(graph: Graph) -> bool:
+    return cuda_gemm_plan(graph) is not None
+
+
+def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
+    """The end of the kernel: bias, the tail per accumulator, the stores (or the row partials)."""
+    step = plan.step
+    lin = plan.linear.name
+
+    def load(leaf: Leaf) -> str:
+        assert leaf.name == lin
+        return "y"
+
+    out: list[str] = []
+    w = out.append
+    bias = " + bz[j]" if plan.bias else ""
+    if plan.bias:
+        w("  float bz[KF_TN];")
+        w("  #pragma unroll")
+        w("  for (int j = 0; j < KF_TN; ++j) {")
+        w("    const int c = n0 + (j >> 2) * 64 + tx * 4 + (j & 3);")
+        w("    bz[j] = c < N ? bias[c] : 0.0f;")
+        w("  }")
+    else:
+        w("  (void)bias;")
+    if step.kind != "pointwise":
+        w("  (void)vec_out;")
+    w("  #pragma unroll")
+    w("  for (int i = 0; i < KF_TM; ++i) {")
+    w("    const int r = m0 + (i >> 2) * 64 + ty * 4 + (i & 3);")
+    if step.kind == "pointwise":
+        body, val = emit(graph, step, Ref(step.root.name), load, indent="      ")
+        w("    float v[KF_TN];")
+        w("    #pragma unroll")
+        w("    for (int j = 0; j < KF_TN; ++j) {")
+        w(f"      const float y = acc[i][j]{bias};")
+        out.extend(body)
+        w(f"      v[j] = {val};")
+        w("    }")
+        w("    if (r < M) {")
+        w("      float* __restrict__ orow = out + (int64_t)r * N;")
+        w("      #pragma unroll")
+        w("      for (int q = 0; q < KF_TN / 4; ++q) {")
+        w("        const int c = n0 + q * 64 + tx * 4;")
+        w("        if (vec_out && c < N) {  /* N % 4 == 0: the whole run of 4 is in range */")
+        w("          *reinterpret_cast<float4*>(orow + c) =")
+        w("              make_float4(v[q * 4], v[q * 4 + 1], v[q * 4 + 2], v[q * 4 + 3]);")
+        w("        } else {")
+        w("          #pragma unroll")
+        w("          for (int u = 0; u < 4; ++u)")
+        w("            if (c + u < N) orow[c + u] = v[q * 4 + u];")
+        w("        }")
+        w("      }")
+        w("    }")
+    else:
+        src = step.root.args[0]
+        assert isinstance(src, Ref)
+        body, val = emit(graph, step, src, load, indent="      ")
+        scale = " * (1.0f / (float)N)" if step.root.op == "mean" else ""
+        w("    float part = 0.0f;")
+        w("    #pragma unroll")
+        w("    for (int j = 0; j < KF_TN; ++j) {")
+        w("      const int c = n0 + (j >> 2) * 64 + tx * 4 + (j & 3);")
+        w(f"      const float y = acc[i][j]{bias};")
+        out.extend(body)
+        w(f"      part += c < N ? {val} : 0.0f;")
+        w("    }")
+        w("    /* the 16 threads of a row are one half of a warp */")
+        w("    #pragma unroll")
+        w("    for (int o = 8; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);")
+        w(f"    if (tx == 0 && r < M) atomicAdd(&out[r], part{scale});")
+    w("  }")
+    w("}")
+    return out
+
+
+def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[str]) -> str:
+    """The whole .cu unit: tunables, prelude, the GEMM kernel with its epilogue, `kf_forward`."""
+    lines = [*header, variant.line(), *CUDA_GEMM_TUNABLES]
+    for name, value in _DEFAULTS.items():
+        lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
+    lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()", _KERNEL_HEAD.rstrip("\n")]
+    lines += _epilogue(graph, plan)
+    lines.append("")
+    reduce = plan.step.kind == "reduction"
+    vec = variant.vectorize
+    w = lines.append
+    w("KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
+    w("                         int32_t n_outputs, void* stream) {")
+    w("  cudaStream_t st = (cudaStream_t)stream;")
+    w(f"  if (n_inputs != {len(plan.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;")
+    w("  kf_shape sx, sw, so;")
+    ix, iw = plan.inputs.index(plan.x), plan.inputs.index(plan.weight)
+    w(f"  if (!kf_tensor_ok(&inputs[{ix}]) || !kf_shape_of(&inputs[{ix}], &sx) || sx.nd != 2)")
+    w("    return KF_ERR_BAD_ARGUMENTS;")
+    w(f"  if (!kf_tensor_ok(&inputs[{iw}]) || !kf_shape_of(&inputs[{iw}], &sw) || sw.nd != 2)")
+    w("    return KF_ERR_BAD_ARGUMENTS;")
+    w("  const int64_t M = sx.d[0], K = sx.d[1], N = sw.d[0];")
+    w("  if (sw.d[1] != K) return KF_ERR_BAD_ARGUMENTS;")
+    w(f"  const float* X = KF_DATA(const float, &inputs[{ix}]);")
+    w(f"  const float* W = KF_DATA(const float, &inputs[{iw}]);")
+    if plan.bias:
+        ib = plan.inputs.index(plan.bias)
+        w("  kf_shape sb;")
+        w(f"  if (!kf_tensor_ok(&inputs[{ib}]) || !kf_shape_of(&inputs[{ib}], &sb) || sb.nd != 1 ||")
+        w("      sb.d[0] != N) return KF_ERR_BAD_ARGUMENTS;")
+        w(f"  const float* B = KF_DATA(const float, &inputs[{ib}]);")
+    else:
+        w("  const float* B = nullptr;")
+    w("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so)) return KF_ERR_BAD_ARGUMENTS;")
+    if reduce:
+        w("  if (kf_prod(&so, 0, so.nd) != M || so.nd < 1 || so.d[0] != M) return KF_ERR_BAD_ARGUMENTS;")
+    else:
+        w("  if (so.nd != 2 || so.d[0] != M || so.d[1] != N) return KF_ERR_BAD_ARGUMENTS;")
+    w("  float* O = KF_DATA(float, &outputs[0]);")
+    w("  if (M >= ((int64_t)1 << 31) || N >= ((int64_t)1 << 31) || K >= ((int64_t)1 << 31))")
+    w("    return KF_ERR_UNSUPPORTED;")
+    w("  const int64_t mtiles = (M + BM - 1) / BM, ntiles = (N + BN - 1) / BN;")
+    w("  if (mtiles > 65535) return KF_ERR_UNSUPPORTED;")
+    if reduce:
+        w("  /* every block adds its partial row sums into the output: zero it first, on the stream */")
+        w("  if (M > 0 && cudaMemsetAsync(O, 0, sizeof(float) * (size_t)M, st) != cudaSuccess)")
+        w("    return KF_ERR_LAUNCH;")
+    w("  if (M == 0 || N == 0) return KF_OK;")
+    w("  const dim3 grid((unsigned)ntiles, (unsigned)mtiles);")
+    args = "((int)M, (int)N, (int)K, X, W, B, O, vec_out)"
+    if vec:
+        w("  const int vec = K % 4 == 0 && ((uintptr_t)X) % 16 == 0 && ((uintptr_t)W) % 16 == 0;")
+        if reduce:
+            w("  const int vec_out = 0;")
+        else:
+            w("  const int vec_out = N % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
+        w("  if (vec)")
+        w(f"    kf_gemm<1><<<grid, 256, 0, st>>>{args};")
+        w("  else")
+        w(f"    kf_gemm<0><<<grid, 256, 0, st>>>{args};")
+    else:
+        w("  const int vec_out = 0;  /* scalar loads and stores only (the unvectorised variant) */")
+        w(f"  kf_gemm<0><<<grid, 256, 0, st>>>{args};")
+    w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")
+    w("  return KF_OK;")
+    w("}")
+    w("")
+    return "\n".join(lines)

@@ -1,0 +1,210 @@
+"""The CUDA GEMM family (cuda_gemm.py): where it applies, what its unit declares and launches, how the
+proposer reaches it and moves it. Pure strings: nothing is compiled or run here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelfoundry.generators.base import GeneratedCandidate, GenerationRequest, ParentKernel
+from kernelfoundry.generators.heuristic import HeuristicGenerator, capture, parse_variant
+from kernelfoundry.generators.heuristic.candidate import generate_source
+from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan
+from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies
+from kernelfoundry.generators.heuristic.variant import Variant
+from kernelfoundry.tasks.model import ShapeVariant, Task
+
+TASKS = Path(__file__).resolve().parents[3] / "tasks"
+LINEAR = {"batch_size": 4, "in_features": 8, "out_features": 16}
+SHAPES = {
+    "level2_gemm_scale_gelu": LINEAR,
+    "level2_gemm_sigmoid_sum": LINEAR,
+    "level2_gemm_log_softmax": {"batch_size": 4, "in_features": 8, "num_classes": 16},
+    "level2_matmul_softmax": LINEAR,
+    "level2_conv_bias_relu": {"batch_size": 1, "height": 8, "width": 8},
+    "level2_conv_batchnorm_relu": {"batch_size": 1, "height": 8, "width": 8},
+    "level2_elementwise_chain": {"batch_size": 4, "dim": 16},
+}
+
+# A linear followed by a row reduction other than the two tasks': `{op}` is filled in per test.
+_ROW_TAIL = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.{op}(torch.relu(self.linear(x)), dim=1)
+
+
+batch_size = 4
+in_features = 8
+out_features = 16
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+"""
+
+
+def task(name: str) -> Task:
+    return Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("small", SHAPES[name]),))
+
+
+def cuda_seeds(t: Task) -> list[GeneratedCandidate]:
+    result = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16))
+    assert not result.error, result.message
+    return list(result.candidates)
+
+
+def gemm_seed(name: str) -> tuple[Task, GeneratedCandidate]:
+    t = task(name)
+    found = [c for c in cuda_seeds(t) if parse_variant(c.source.code).gemm]
+    assert len(found) == 1, name
+    return t, found[0]
+
+
+def child(t: Task, parent: GeneratedCandidate, mutation: str, seed: int = 0) -> GeneratedCandidate:
+    p = ParentKernel(parent.source, parent.strategy, speedup=1.0, runtime_ms=1.0)
+    req = GenerationRequest("m", t, "cuda", parent=p, mutation=mutation, seed=seed)
+    return HeuristicGenerator().generate_sync(req).candidates[0]
+
+
+@pytest.mark.parametrize("name", ["level2_gemm_scale_gelu", "level2_gemm_sigmoid_sum"])
+def test_applies_to_a_linear_with_a_pointwise_or_sum_tail(name: str) -> None:
+    assert cuda_gemm_applies(capture(task(name)))
+    _, seed = gemm_seed(name)
+    src = seed.source
+    assert src.language == "cuda" and src.entry_point == "kf_forward"
+    assert not src.glue  # x, weight and bias map straight onto the unit: cuBLAS is not called
+    assert seed.strategy.memory == 3  # double-buffered __shared__ tiles + the `acc[KF_TM][KF_TN]` registers
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "level2_gemm_log_softmax",
+        "level2_matmul_softmax",
+        "level2_conv_bias_relu",
+        "level2_conv_batchnorm_relu",
+        "level2_elementwise_chain",
+    ],
+)
+def test_refuses_softmax_tails_convolutions_and_graphs_without_a_linear(name: str) -> None:
+    t = task(name)
+    assert not cuda_gemm_applies(capture(t))
+    assert not any(parse_variant(c.source.code).gemm for c in cuda_seeds(t))
+
+
+@pytest.mark.parametrize(("op", "applies"), [("mean", True), ("sum", True), ("amax", False), ("amin", False)])
+def test_row_reductions_sum_and_mean_apply_max_and_min_are_refused(op: str, applies: bool) -> None:
+    t = Task(f"linear_relu_{op}", _ROW_TAIL.format(op=op), shapes=(ShapeVariant("small", {}),))
+    graph = capture(t)
+    assert gemm_plan(graph) is not None  # the CPU family takes all four
+    assert cuda_gemm_applies(graph) is applies
+
+
+def test_the_unit_declares_its_tiles_as_guarded_tunables_that_every_combination_accepts() -> None:
+    _, seed = gemm_seed("level2_gemm_scale_gelu")
+    code = seed.source.code
+    tunables = {t.name: t for t in seed.source.tunables}
+    assert set(tunables) == {"BM", "BN", "BK"}
+    assert (tunables["BM"].default, tunables["BN"].default, tunables["BK"].default) == (128, 128, 8)
+    assert tunables["BM"].values == tunables["BN"].values == (64, 128)
+    assert tunables["BK"].values == (8, 16)
+    for t in tunables.values():
+        assert f"#ifndef {t.name}\n#define {t.name} {t.default}\n#endif" in code
+    # every declared value is one the static_asserts accept
+    assert 'static_assert(BM == 64 || BM == 128, "' in code and 'static_assert(BK == 8 || BK == 16, "' in code
+
+
+def test_the_unit_is_one_kernel_on_the_given_stream_with_the_abi_entry_point() -> None:
+    _, seed = gemm_seed("level2_gemm_scale_gelu")
+    code = seed.source.code
+    assert '#include "kf_abi.h"' in code and "KF_DEFINE_ABI_VERSION()" in code
+    assert "KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs," in code
+    assert code.count("__global__") == 1
+    # float4 loads when K % 4 == 0 and both operands are 16-byte aligned, else the scalar-load instance
+    assert "kf_gemm<1><<<grid, 256, 0, st>>>" in code and "kf_gemm<0><<<grid, 256, 0, st>>>" in code
+    assert "K % 4 == 0 && ((uintptr_t)X) % 16 == 0 && ((uintptr_t)W) % 16 == 0" in code
+    assert "n_inputs != 3" in code and "return KF_ERR_BAD_ARGUMENTS" in code
+    assert "__shared__ __align__(16) float As[2][BK][BM + KF_PAD];" in code  # double-buffered, padded
+    assert "fmaf(a[i], b[j], acc[i][j])" in code
+    assert "atomicAdd" not in code and "cudaMemsetAsync" not in code  # pointwise tail: one store each
+    epilogue = code[code.index("float v[KF_TN];") :]
+    assert "kf_gelu(" in epilogue and "+ bz[j]" in epilogue  # bias, then the tail, per accumulator
+
+
+def test_the_sum_tail_zeroes_the_output_on_the_stream_then_adds_row_partials_atomically() -> None:
+    _, seed = gemm_seed("level2_gemm_sigmoid_sum")
+    code = seed.source.code
+    assert seed.strategy.parallelism == 3
+    memset = code.index("cudaMemsetAsync(O, 0, sizeof(float) * (size_t)M, st)")
+    assert memset < code.index("kf_gemm<1><<<") and memset < code.index("kf_gemm<0><<<")
+    assert "__shfl_xor_sync(0xffffffffu, part, o)" in code  # the 16 threads of a row: half a warp
+    assert "atomicAdd(&out[r], part)" in code
+    assert "part += c < N ? v_sigmoid : 0.0f;" in code  # columns past N add nothing
+
+
+def test_a_mean_tail_scales_each_partial_by_one_over_n() -> None:
+    t = Task("linear_relu_mean", _ROW_TAIL.format(op="mean"), shapes=(ShapeVariant("small", {}),))
+    code = generate_source(capture(t), t.name, "cuda", Variant(gemm=True)).code
+    assert "atomicAdd(&out[r], part * (1.0f / (float)N));" in code
+
+
+def test_the_unvectorised_variant_launches_only_the_scalar_load_instance() -> None:
+    t = task("level2_gemm_scale_gelu")
+    code = generate_source(capture(t), t.name, "cuda", Variant(gemm=True, vectorize=False)).code
+    assert "kf_gemm<0><<<" in code and "kf_gemm<1><<<" not in code
+
+
+def test_cuda_seed_order_puts_the_gemm_family_after_the_fused_and_folded_seeds() -> None:
+    for name in ("level2_gemm_scale_gelu", "level2_gemm_sigmoid_sum"):
+        variants = [parse_variant(c.source.code) for c in cuda_seeds(task(name))]
+        at = next(i for i, v in enumerate(variants) if v.gemm)
+        fused = [i for i, v in enumerate(variants) if v == Variant() or v == Variant(fold=True)]
+        assert fused and max(fused) < at < len(variants) - 1, (name, variants)
+        assert not variants[-1].fuse  # the direct translation stays last
+
+
+def test_fusion_moves_a_fused_parent_into_the_family_and_a_gemm_parent_back_to_cublas() -> None:
+    t, gemm = gemm_seed("level2_gemm_sigmoid_sum")
+    fused = next(c for c in cuda_seeds(t) if parse_variant(c.source.code) == Variant())
+    assert fused.source.glue  # the linear stays in torch (cuBLAS)
+    into = child(t, fused, "fusion")
+    assert parse_variant(into.source.code).gemm and not into.source.glue
+    assert into.source.code == gemm.source.code
+    back = child(t, gemm, "fusion")
+    assert not parse_variant(back.source.code).gemm and back.source.glue
+
+
+@pytest.mark.parametrize(("mutation", "names"), [("tiling", {"BM", "BN"}), ("reduction", {"BK"})])
+def test_tiling_and_reduction_of_a_gemm_parent_move_its_block_tile_or_k_slice(
+    mutation: str, names: set[str]
+) -> None:
+    t, gemm = gemm_seed("level2_gemm_scale_gelu")
+    for seed in range(4):
+        moved = child(t, gemm, mutation, seed)
+        assert moved.source.code == gemm.source.code
+        (name,) = moved.source.params
+        assert name in names
+        declared = next(x for x in moved.source.tunables if x.name == name)
+        assert moved.source.params[name] != declared.default
+
+
+def test_retune_and_vectorize_keep_a_gemm_parent_in_the_family() -> None:
+    t, gemm = gemm_seed("level2_gemm_scale_gelu")
+    retuned = child(t, gemm, "retune", 3)
+    assert retuned.source.code == gemm.source.code and set(retuned.source.params) == {"BM", "BN", "BK"}
+    scalar = child(t, gemm, "vectorize")
+    variant = parse_variant(scalar.source.code)
+    assert variant.gemm and not variant.vectorize and "kf_gemm<1><<<" not in scalar.source.code
