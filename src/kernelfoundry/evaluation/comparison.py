@@ -91,6 +91,25 @@ class Comparison:
         )
 
 
+def _abs_difference(got: Any, want: Any) -> Any:
+    """|got - want| in float64; NaN against NaN is 0, NaN against a number is inf."""
+    import torch
+
+    diff = torch.sub(got, want).abs_()
+    diff.masked_fill_(torch.isnan(got).logical_and_(torch.isnan(want)), 0.0)
+    return diff.nan_to_num_(nan=float("inf"), posinf=float("inf"))
+
+
+def max_abs_error(out: Any, ref: Any) -> float:
+    """`compare(out, ref, ...).max_abs_error` without the rest of the comparison's passes."""
+    import torch
+
+    got = out.detach().to(torch.float64)
+    if got.numel() == 0:
+        return 0.0
+    return float(_abs_difference(got, ref.detach().to(device=got.device, dtype=torch.float64)).max().item())
+
+
 def compare(out: Any, ref: Any, tolerance: Tolerance) -> Comparison:
     """Compare `out` (any dtype) with `ref` (high precision) elementwise; NaN matches only NaN.
 
@@ -104,11 +123,7 @@ def compare(out: Any, ref: Any, tolerance: Tolerance) -> Comparison:
     numel = got.numel()
     if numel == 0:
         return Comparison(True, 0.0, 0.0, 0, 0, (), 0.0, 0.0)
-    diff = torch.sub(got, want).abs_()
-    both_nan = torch.isnan(got).logical_and_(torch.isnan(want))
-    diff.masked_fill_(both_nan, 0.0)
-    del both_nan
-    diff.nan_to_num_(nan=float("inf"), posinf=float("inf"))
+    diff = _abs_difference(got, want)
     scale = want.abs().nan_to_num_(0.0)  # |expected|, NaN as 0
     excess = torch.mul(scale, tolerance.rtol).add_(tolerance.atol).neg_().add_(diff)  # diff - bound
     mismatches = int(excess.gt(0.0).sum().item())

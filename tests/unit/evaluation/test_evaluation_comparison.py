@@ -95,3 +95,15 @@ def test_bitwise_equal_sees_nan_payloads_and_single_bits() -> None:
     b[1] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
     assert not comparison.bitwise_equal(a, b)
     assert comparison.bitwise_equal(torch.tensor(3.0), torch.tensor(3.0))
+
+
+def test_max_abs_error_agrees_with_the_full_comparison_nans_and_infs_included() -> None:
+    ref = torch.tensor([1.0, float("nan"), 3.0, float("inf"), -2.0], dtype=torch.float64)
+    for out in (
+        torch.tensor([1.5, float("nan"), 3.0, float("inf"), -2.0]),  # NaN matches NaN, inf matches inf
+        torch.tensor([1.0, 0.0, 3.0, float("inf"), -2.0]),  # a number where NaN is expected
+        torch.tensor([1.0, float("nan"), float("nan"), float("inf"), -2.25]),
+    ):
+        full = comparison.compare(out, ref, comparison.EXACT).max_abs_error
+        assert comparison.max_abs_error(out, ref) == full
+    assert comparison.max_abs_error(torch.empty(0), torch.empty(0, dtype=torch.float64)) == 0.0
