@@ -193,6 +193,36 @@ def _tail(graph: Graph, plan: GemmPlan, variant: Variant) -> list[str]:
     return [line for line in out if line]
 
 
+def linear_operands(plan: GemmPlan, pointer: str, bias: str, no_bias: str | None) -> list[str]:
+    """Entry-point lines the GEMM families share: the argument count, x (M, K) and W (N, K) checked,
+    M / K / N, pointers X and W declared as `pointer`, the bias checked as (N,) and named `bias`
+    (`no_bias` is its value when the linear has none; None declares nothing then)."""
+    ix, iw = plan.inputs.index(plan.x), plan.inputs.index(plan.weight)
+    lines = [
+        f"  if (n_inputs != {len(plan.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;",
+        "  kf_shape sx, sw, so;",
+        f"  if (!kf_tensor_ok(&inputs[{ix}]) || !kf_shape_of(&inputs[{ix}], &sx) || sx.nd != 2)",
+        "    return KF_ERR_BAD_ARGUMENTS;",
+        f"  if (!kf_tensor_ok(&inputs[{iw}]) || !kf_shape_of(&inputs[{iw}], &sw) || sw.nd != 2)",
+        "    return KF_ERR_BAD_ARGUMENTS;",
+        "  const int64_t M = sx.d[0], K = sx.d[1], N = sw.d[0];",
+        "  if (sw.d[1] != K) return KF_ERR_BAD_ARGUMENTS;",
+        f"  {pointer} X = KF_DATA(const float, &inputs[{ix}]);",
+        f"  {pointer} W = KF_DATA(const float, &inputs[{iw}]);",
+    ]
+    if plan.bias:
+        ib = plan.inputs.index(plan.bias)
+        lines += [
+            "  kf_shape sb;",
+            f"  if (!kf_tensor_ok(&inputs[{ib}]) || !kf_shape_of(&inputs[{ib}], &sb) || sb.nd != 1 ||",
+            "      sb.d[0] != N) return KF_ERR_BAD_ARGUMENTS;",
+            f"  {pointer} {bias} = KF_DATA(const float, &inputs[{ib}]);",
+        ]
+    elif no_bias is not None:
+        lines.append(f"  {pointer} {bias} = {no_bias};")
+    return lines
+
+
 def gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[str], dispatch: str) -> str:
     """The whole translation unit: tunables, prelude, micro-kernel and the `kf_forward` entry point."""
     lines = cpu_family_head(
@@ -202,23 +232,7 @@ def gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[str],
     w = lines.append
     w("KF_EXPORT KF_CPU_ENTRY int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
     w("                                     int32_t n_outputs, void* stream) {")
-    w(f"  if (n_inputs != {len(plan.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;")
-    w("  kf_shape sx, sw, so;")
-    ix, iw = plan.inputs.index(plan.x), plan.inputs.index(plan.weight)
-    w(f"  if (!kf_tensor_ok(&inputs[{ix}]) || !kf_shape_of(&inputs[{ix}], &sx) || sx.nd != 2)")
-    w("    return KF_ERR_BAD_ARGUMENTS;")
-    w(f"  if (!kf_tensor_ok(&inputs[{iw}]) || !kf_shape_of(&inputs[{iw}], &sw) || sw.nd != 2)")
-    w("    return KF_ERR_BAD_ARGUMENTS;")
-    w("  const int64_t M = sx.d[0], K = sx.d[1], N = sw.d[0];")
-    w("  if (sw.d[1] != K) return KF_ERR_BAD_ARGUMENTS;")
-    w(f"  const float* __restrict X = KF_DATA(const float, &inputs[{ix}]);")
-    w(f"  const float* __restrict W = KF_DATA(const float, &inputs[{iw}]);")
-    if plan.bias:
-        ib = plan.inputs.index(plan.bias)
-        w("  kf_shape sb;")
-        w(f"  if (!kf_tensor_ok(&inputs[{ib}]) || !kf_shape_of(&inputs[{ib}], &sb) || sb.nd != 1 ||")
-        w("      sb.d[0] != N) return KF_ERR_BAD_ARGUMENTS;")
-        w(f"  const float* __restrict bz = KF_DATA(const float, &inputs[{ib}]);")
+    lines += linear_operands(plan, "const float* __restrict", "bz", None)
     w("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so)) return KF_ERR_BAD_ARGUMENTS;")
     w(f"  if (kf_prod(&so, 0, so.nd) != M * {out_rows} || (so.nd >= 1 && so.d[0] != M))")
     w("    return KF_ERR_BAD_ARGUMENTS;")

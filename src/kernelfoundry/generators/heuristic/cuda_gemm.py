@@ -29,7 +29,7 @@ Tunables: BM, BN (64 or 128: the block tile, so the register tile is 4 or 8 rows
 
 from __future__ import annotations
 
-from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan
+from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan, linear_operands
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -259,25 +259,7 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
     w("KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
     w("                         int32_t n_outputs, void* stream) {")
     w("  cudaStream_t st = (cudaStream_t)stream;")
-    w(f"  if (n_inputs != {len(plan.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;")
-    w("  kf_shape sx, sw, so;")
-    ix, iw = plan.inputs.index(plan.x), plan.inputs.index(plan.weight)
-    w(f"  if (!kf_tensor_ok(&inputs[{ix}]) || !kf_shape_of(&inputs[{ix}], &sx) || sx.nd != 2)")
-    w("    return KF_ERR_BAD_ARGUMENTS;")
-    w(f"  if (!kf_tensor_ok(&inputs[{iw}]) || !kf_shape_of(&inputs[{iw}], &sw) || sw.nd != 2)")
-    w("    return KF_ERR_BAD_ARGUMENTS;")
-    w("  const int64_t M = sx.d[0], K = sx.d[1], N = sw.d[0];")
-    w("  if (sw.d[1] != K) return KF_ERR_BAD_ARGUMENTS;")
-    w(f"  const float* X = KF_DATA(const float, &inputs[{ix}]);")
-    w(f"  const float* W = KF_DATA(const float, &inputs[{iw}]);")
-    if plan.bias:
-        ib = plan.inputs.index(plan.bias)
-        w("  kf_shape sb;")
-        w(f"  if (!kf_tensor_ok(&inputs[{ib}]) || !kf_shape_of(&inputs[{ib}], &sb) || sb.nd != 1 ||")
-        w("      sb.d[0] != N) return KF_ERR_BAD_ARGUMENTS;")
-        w(f"  const float* B = KF_DATA(const float, &inputs[{ib}]);")
-    else:
-        w("  const float* B = nullptr;")
+    lines += linear_operands(plan, "const float*", "B", "nullptr")
     w("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so)) return KF_ERR_BAD_ARGUMENTS;")
     if reduce:
         w("  if (kf_prod(&so, 0, so.nd) != M || so.nd < 1 || so.d[0] != M) return KF_ERR_BAD_ARGUMENTS;")
