@@ -252,25 +252,35 @@ class StackRunner:
         self.stack.stop()
 
 
-def stack_baseline(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> tuple[Task, dict]:
-    """Floor and baselines measured here as for the other harnesses, before the system searches."""
+def measured_baselines(
+    path: Path, args: argparse.Namespace, limits: dict[str, float], eager_key: str
+) -> tuple[Task, Any, Any, dict[str, Any]]:
+    """The task, its reference instance and output, and a row with its traffic, roofline floor, eager
+    time (under `eager_key`) and, with --compile, torch.compile's time."""
     backend = args.backend
     device = "cuda" if backend == "cuda" else "cpu"
     task = make_task(path, backend)
     ref = instantiate(task, task.shapes[0], seed=1, device=device)
     with torch.no_grad():
         expected = ref.model(*ref.inputs)
-    row: dict[str, Any] = {"task": path.stem, "backend": backend, "harness": "stack"}
+    row: dict[str, Any] = {"task": path.stem, "backend": backend, "harness": args.harness}
     moved, flops = task_traffic(ref, expected)
     row["bytes"], row["flops"] = moved, flops
     row["floor_ms"] = max(moved / limits["bandwidth_Bps"], flops / limits["peak_flops"]) * 1e3
-    row["eager_ms_harness"] = timed(lambda: ref.model(*ref.inputs), device, args.runs)
+    row[eager_key] = timed(lambda: ref.model(*ref.inputs), device, args.runs)
     if args.compile:
         try:
             compiled = torch.compile(ref.model)
             row["compile_ms"] = timed(lambda: compiled(*ref.inputs), device, args.runs)
         except Exception as exc:  # torch.compile may be unavailable for a task or device
             row["compile_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return task, ref, expected, row
+
+
+def stack_baseline(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> tuple[Task, dict]:
+    """Floor and baselines measured here as for the other harnesses, before the system searches (the
+    speedups use eager as the executor timed it, beside each candidate)."""
+    task, _, _, row = measured_baselines(path, args, limits, "eager_ms_harness")
     return task, row
 
 
@@ -318,21 +328,7 @@ def run_stack_suite(
 def bench_task(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> dict[str, Any]:
     backend = args.backend
     device = "cuda" if backend == "cuda" else "cpu"
-    task = make_task(path, backend)
-    ref = instantiate(task, task.shapes[0], seed=1, device=device)
-    with torch.no_grad():
-        expected = ref.model(*ref.inputs)
-    row: dict[str, Any] = {"task": path.stem, "backend": backend, "harness": args.harness}
-    moved, flops = task_traffic(ref, expected)
-    row["bytes"], row["flops"] = moved, flops
-    row["floor_ms"] = max(moved / limits["bandwidth_Bps"], flops / limits["peak_flops"]) * 1e3
-    row["eager_ms"] = timed(lambda: ref.model(*ref.inputs), device, args.runs)
-    if args.compile:
-        try:
-            compiled = torch.compile(ref.model)
-            row["compile_ms"] = timed(lambda: compiled(*ref.inputs), device, args.runs)
-        except Exception as exc:  # torch.compile may be unavailable for a task or device
-            row["compile_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    task, ref, expected, row = measured_baselines(path, args, limits, "eager_ms")
     gen = HeuristicGenerator()
     cache = BuildCache(Path(args.cache))
     seeds = gen.generate_sync(GenerationRequest(f"{path.stem}-seed", task, backend, count=16))
