@@ -123,11 +123,7 @@ class ColumnKernels(EmitterBase):
             "        __stcs("
             + f"reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner) + i4, res);"
         )
-        k.append("      }")
-        k.append("    }")
-        k.append("    __syncthreads();")
-        k.append("  }")
-        k.append("}")
+        k += _CLOSE_ROW_LOOP_AND_TILE
         return k
 
     def _consumer_params(self, step: Step, consumer: Step) -> list[str]:
@@ -229,11 +225,7 @@ class ColumnKernels(EmitterBase):
         k.append("        float4 res;")
         k += rows
         k.append(f"        reinterpret_cast<float4*>({ptr(consumer.out)} + (o * R + j) * inner)[i4] = res;")
-        k.append("      }")
-        k.append("    }")
-        k.append("    __syncthreads();")
-        k.append("  }")
-        k.append("}")
+        k += _CLOSE_ROW_LOOP_AND_TILE
         return k
 
     def _fused_cols_kernel(
@@ -265,11 +257,7 @@ class ColumnKernels(EmitterBase):
         k.append("      for (int64_t j = ty; j < R; j += 8) {")
         k += pbody
         k.append(f"        __stcs({ptr(consumer.out)} + (o * R + j) * inner + i, {pval});")
-        k.append("      }")
-        k.append("    }")
-        k.append("    __syncthreads();")
-        k.append("  }")
-        k.append("}")
+        k += _CLOSE_ROW_LOOP_AND_TILE
         return k
 
     def _vec_cols_kernel(
@@ -306,6 +294,11 @@ class ColumnKernels(EmitterBase):
         k.append("  }")
         k.append("}")
         return k
+
+
+# The end of a fused kernel: its row loop, the guard around it, the barrier before the block's next
+# tile reuses the shared partials, the loop over tiles, the kernel.
+_CLOSE_ROW_LOOP_AND_TILE = ["      }", "    }", "    __syncthreads();", "  }", "}"]
 
 
 def _float4_tile_reduce(comb: str, scale: str) -> list[str]:
