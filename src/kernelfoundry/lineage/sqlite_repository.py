@@ -417,9 +417,12 @@ def _filters(conditions: dict[str, Any]) -> tuple[str, list[Any]]:
 
 
 @contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
-    """One explicit transaction (the connection runs in autocommit mode otherwise)."""
-    connection.execute("BEGIN")
+def _transaction(connection: sqlite3.Connection, immediate: bool = False) -> Iterator[None]:
+    """One explicit transaction (the connection runs in autocommit mode otherwise). `immediate` takes
+    the write lock at BEGIN, waiting for it under the busy timeout: a deferred transaction that reads
+    and then writes fails at once with "database is locked" when another connection committed in
+    between (WAL snapshot), however long the timeout."""
+    connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
     try:
         yield
     except BaseException:
@@ -443,10 +446,11 @@ def _connect(path: str) -> sqlite3.Connection:
         connection.execute("PRAGMA synchronous = NORMAL")
         connection.execute("PRAGMA foreign_keys = OFF")
         connection.execute("PRAGMA busy_timeout = 5000")
-        with _transaction(connection):
-            for statement in STATEMENTS:
-                connection.execute(statement)
-            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if version < SCHEMA_VERSION:  # a file at the current schema is opened without writing to it
+            with _transaction(connection, immediate=True):
+                for statement in STATEMENTS:
+                    connection.execute(statement)
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         connection.close()
         raise

@@ -37,6 +37,27 @@ async def test_records_survive_closing_and_reopening(tmp_path: Path) -> None:
         await second.close()
 
 
+async def test_a_reader_opens_the_file_while_another_connection_is_writing(tmp_path: Path) -> None:
+    """Opening a file at the current schema writes nothing, so it needs no write lock: a reader (the
+    CLI, a test) opens the store's file in the middle of the store's write transaction."""
+    path = tmp_path / "lineage.db"
+    store = await SqliteLineageRepository.open(path)
+    await store.save_run(RUN)
+    writer = sqlite3.connect(path, isolation_level=None, timeout=0.1)
+    writer.execute("BEGIN IMMEDIATE")  # the write lock, held
+    writer.execute("UPDATE runs SET doc = doc WHERE run_id = 'r1'")
+    try:
+        reader = await SqliteLineageRepository.open(path)
+        try:
+            assert await reader.get_run("r1") == RUN
+        finally:
+            await reader.close()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        await store.close()
+
+
 async def test_a_file_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "lineage.db"
     with sqlite3.connect(path) as raw:
