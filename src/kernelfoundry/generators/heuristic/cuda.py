@@ -139,10 +139,11 @@ class CudaEmitter(RowKernels, ColumnKernels):
             bodies.append("")
         lines = [*header, self.variant.line(), *CUDA_TUNABLES]
         defaults = [("BLOCK", 256), ("ROW_BLOCK", 512), ("PER_THREAD", 4)]
-        if "WARP_ROW_MAX" in "\n".join(bodies):
+        launches = "\n".join(bodies)
+        if "WARP_ROW_MAX" in launches:
             lines += WARP_TUNABLES
             defaults.append(("WARP_ROW_MAX", 4096))
-        if "FUSED_ROWS_IN_REGISTERS" in "\n".join(bodies):
+        if "FUSED_ROWS_IN_REGISTERS" in launches:
             lines += FUSED_TUNABLES
             defaults.append(("FUSED_ROWS_IN_REGISTERS", 1))
         for name, default in defaults:
@@ -160,8 +161,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             "",
             *self.kernels,
         ]
-        text = "\n".join(bodies)
-        text = text.replace(
+        text = launches.replace(
             "void* stream) {\n", "void* stream) {\n  cudaStream_t st = (cudaStream_t)stream;\n"
         )
         lines.append(text)

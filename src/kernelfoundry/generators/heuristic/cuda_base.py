@@ -5,6 +5,8 @@ Pure string building; see cuda.py for the emitter itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kernelfoundry.generators.heuristic.entry import ptr
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf, Step
@@ -62,6 +64,21 @@ class EmitterBase:
 
     def _emit(self, step: Step, src: Ref, loads: dict, indent: str) -> tuple[list[str], str]:
         return emit(self.graph, step, src, lambda leaf: loads[leaf], indent=indent)
+
+    def _float4_components(
+        self, step: Step, src: Ref, full: list[tuple[int, Leaf]], loads: dict, indent: str, lane: str,
+        stmt: Callable[[str, str], str],
+    ) -> list[str]:  # fmt: skip
+        """The step's value for each component of a float4 element, in its own scope: operand kk is read
+        from the float4 that `lane` names (e.g. "w{kk}"), `stmt(component, value)` consumes the value."""
+        k: list[str] = []
+        for comp in "xyzw":
+            lanes = dict(loads)
+            for kk, leaf in full:
+                lanes[leaf] = lane.format(kk=kk) + f".{comp}"
+            b, v = self._emit(step, src, lanes, indent + "  ")
+            k += [f"{indent}{{", *b, f"{indent}  {stmt(comp, v)}", f"{indent}}}"]
+        return k
 
     def _is_scalar(self, leaf: Leaf) -> bool:
         return _numel_of(tuple(self.graph.shapes[leaf.name])) == 1

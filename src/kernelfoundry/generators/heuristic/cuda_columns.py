@@ -32,18 +32,17 @@ class ColumnKernels(EmitterBase):
         self, step: Step, src: Ref, full: list[tuple[int, Leaf]], loads: dict, comb: str, indent: str
     ) -> list[str]:
         """Row j's 4 columns at i4 of every full operand as float4, each component combined into `part`."""
-        k = [
-            f"{indent}const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)}"
-            " + (o * R + j) * inner)[i4];"
-            for kk, leaf in full
-        ]
-        for comp in "xyzw":
-            lane = dict(loads)
-            for kk, leaf in full:
-                lane[leaf] = f"w{kk}.{comp}"
-            b, v = self._emit(step, src, lane, indent + "  ")
-            k += [f"{indent}{{", *b, f"{indent}  part.{comp} = {comb}(part.{comp}, {v});", f"{indent}}}"]
-        return k
+        k = [f"{indent}const float4 w{kk} = {_row4(leaf.name)};" for kk, leaf in full]
+        return k + self._float4_combine(step, src, full, loads, comb, indent, "w{kk}", "part")
+
+    def _float4_combine(
+        self, step: Step, src: Ref, full: list[tuple[int, Leaf]], loads: dict, comb: str, indent: str,
+        lane: str, target: str,
+    ) -> list[str]:  # fmt: skip
+        """The reduction's value for each component of a float4, combined into the float4 `target`."""
+        return self._float4_components(
+            step, src, full, loads, indent, lane, lambda c, v: f"{target}.{c} = {comb}({target}.{c}, {v});"
+        )
 
     def _column_consumer(self, step: Step, src: Ref, d0: int, d1: int) -> Step | None:
         """The next step when it is a pointwise map over the reduction's input that reads the reduction
@@ -89,10 +88,7 @@ class ColumnKernels(EmitterBase):
         scalars, cloads, cfull = self._float4_consumer_loads(step, consumer, {})
         k += scalars
         i4 = f"make_float4({init}, {init}, {init}, {init})"
-        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
-        k.append("  const int64_t q = inner / 4, tiles = (q + 31) / 32;")
-        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
-        k.append("    const int64_t o = b / tiles, i4 = (b % tiles) * 32 + tx;")
+        k += _FLOAT4_TILE_LOOP
         k.append(f"    float4 acc = {i4};")
         k.append("    if (i4 < q) {")
         k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
@@ -190,10 +186,7 @@ class ColumnKernels(EmitterBase):
             step, consumer, {leaf.name: kk for kk, leaf in full}
         )
         k += scalars
-        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
-        k.append("  const int64_t q = inner / 4, tiles = (q + 31) / 32;")
-        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
-        k.append("    const int64_t o = b / tiles, i4 = (b % tiles) * 32 + tx;")
+        k += _FLOAT4_TILE_LOOP
         k.append(f"    float4 acc = make_float4({init}, {init}, {init}, {init});")
         k += [f"    float4 cw{kk}[V];" for kk, _ in full]
         k.append("    #pragma unroll")
@@ -206,12 +199,7 @@ class ColumnKernels(EmitterBase):
         k.append("    #pragma unroll")
         k.append("    for (int v = 0; v < V; ++v) {")
         k.append("      if (i4 < q && ty + 8 * v < R) {")
-        for comp in "xyzw":
-            lane = dict(loads)
-            for kk, leaf in full:
-                lane[leaf] = f"cw{kk}[v].{comp}"
-            b, val = self._emit(step, src, lane, "          ")
-            k += ["        {", *b, f"          acc.{comp} = {comb}(acc.{comp}, {val});", "        }"]
+        k += self._float4_combine(step, src, full, loads, comb, "        ", "cw{kk}[v]", "acc")
         k.append("      }")
         k.append("    }")
         k += _float4_tile_reduce(comb, scale)
@@ -299,6 +287,15 @@ class ColumnKernels(EmitterBase):
 # The end of a fused kernel: its row loop, the guard around it, the barrier before the block's next
 # tile reuses the shared partials, the loop over tiles, the kernel.
 _CLOSE_ROW_LOOP_AND_TILE = ["      }", "    }", "    __syncthreads();", "  }", "}"]
+
+
+# The float4 column kernels' loop over tiles: 8 row groups (ty) x 32 lanes (tx) of 4 columns each.
+_FLOAT4_TILE_LOOP = [
+    "  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;",
+    "  const int64_t q = inner / 4, tiles = (q + 31) / 32;",
+    "  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {",
+    "    const int64_t o = b / tiles, i4 = (b % tiles) * 32 + tx;",
+]
 
 
 def _float4_tile_reduce(comb: str, scale: str) -> list[str]:

@@ -36,14 +36,9 @@ class RowKernels(EmitterBase):
         i2 = indent + "  "
 
         def body(u: str) -> list[str]:
-            lines: list[str] = []
-            for comp in "xyzw":
-                lane = dict(loads)
-                for k, leaf in full:
-                    lane[leaf] = f"w{k}[{u}].{comp}"
-                b, v = self._emit(step, src, lane, i2 + "    ")
-                lines += [f"{i2}  {{", *b, f"{i2}    {stmt(v)}", f"{i2}  }}"]
-            return lines
+            return self._float4_components(
+                step, src, full, loads, i2 + "  ", "w{kk}[" + u + "]", lambda _c, v: stmt(v)
+            )
 
         k = [f"{indent}const int64_t n4 = R >> 2;", f"{indent}int64_t j4 = {tid};"]
         k.append(f"{indent}for (; j4 + (int64_t)(PER_THREAD - 1) * {group} < n4;")
