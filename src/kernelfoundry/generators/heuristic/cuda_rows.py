@@ -201,16 +201,18 @@ class RowKernels(EmitterBase):
         emit(self.graph, step, src, record, indent="")
         full = [(k, leaf) for k, leaf in self._full_leaves(leaves) if leaf in used]
         neutral = "-INFINITY" if op in ("softmax", "log_softmax") else "0.0f"
-        tid, group = ("lane", "32") if warp else ("threadIdx.x", "blockDim.x")
+        # 32-bit float4 indices against R / 4 (the host launches these for R % 4 == 0 and rows of at
+        # most 64 * ROW_BLOCK elements): 64-bit per-element guards cost registers (80 against 51 for
+        # softmax's row of 8 float4s), and with them a block per SM less on the H200
+        tid, group = ("lane", "32") if warp else ("(int)threadIdx.x", "ROW_BLOCK")
 
         def sweep(stmt: str) -> list[str]:
             return [
                 "    #pragma unroll",
                 "    for (int i = 0; i < V; ++i) {",
-                "      #pragma unroll",
-                "      for (int c = 0; c < 4; ++c) {",
-                f"        const int64_t j = ({tid} + (int64_t)i * {group}) * 4 + c;",
-                "        if (j < R) {",
+                f"      if ({tid} + i * {group} < R4) {{",
+                "        #pragma unroll",
+                "        for (int c = 0; c < 4; ++c) {",
                 "          const float xv = xr[4 * i + c];",
                 f"          {stmt}",
                 "        }",
@@ -222,11 +224,12 @@ class RowKernels(EmitterBase):
         bound = "256" if warp else "ROW_BLOCK"
         k = ["template <int V>", f"__global__ void __launch_bounds__({bound}) {name}{signature} {{"]
         k += self._row_loop_head(pre, warp)
+        k.append("    const int R4 = (int)(R >> 2);")
         k.append("    float xr[4 * V];")
         k.append("    #pragma unroll")
         k.append("    for (int i = 0; i < V; ++i) {")
-        k.append(f"      const int64_t j4 = {tid} + (int64_t)i * {group};")
-        k.append("      if (j4 * 4 < R) {")
+        k.append(f"      const int j4 = {tid} + i * {group};")
+        k.append("      if (j4 < R4) {")
         for kk, leaf in full:
             k.append(
                 f"        const float4 w{kk} = reinterpret_cast<const float4*>({ptr(leaf.name)} + base)[j4];"
@@ -236,7 +239,7 @@ class RowKernels(EmitterBase):
             for kk, leaf in full:
                 lane[leaf] = f"w{kk}.{comp}"
             b, v = self._emit(step, src, lane, "          ")
-            k += ["        {", f"          const int64_t j = j4 * 4 + {c};", "          (void)j;", *b]
+            k += ["        {", f"          const int64_t j = (int64_t)j4 * 4 + {c};", "          (void)j;", *b]
             k += [f"          xr[4 * i + {c}] = {v};", "        }"]
         k.append("      } else {")
         k.append(f"        xr[4 * i] = xr[4 * i + 1] = xr[4 * i + 2] = xr[4 * i + 3] = {neutral};")
@@ -252,13 +255,13 @@ class RowKernels(EmitterBase):
             value = "xv * inv"  # the registers hold exp(x - m) now
         k.append("    #pragma unroll")
         k.append("    for (int i = 0; i < V; ++i) {")
-        k.append(f"      const int64_t j4 = {tid} + (int64_t)i * {group};")
-        k.append("      if (j4 * 4 < R) {")
+        k.append(f"      const int j4 = {tid} + i * {group};")
+        k.append("      if (j4 < R4) {")
         k.append("        float4 res;")
         for c, comp in enumerate("xyzw"):
             k += [
                 "        {",
-                f"          const int64_t j = j4 * 4 + {c};",
+                f"          const int64_t j = (int64_t)j4 * 4 + {c};",
                 f"          const float xv = xr[4 * i + {c}];",
             ]
             k.append(f"          const float y = {value};")
@@ -281,8 +284,8 @@ class RowKernels(EmitterBase):
             return [
                 "    #pragma unroll",
                 "    for (int i = 0; i < PT; ++i) {",
-                "      const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;",
-                "      if (j < R) {",
+                "      const int j = (int)threadIdx.x + i * ROW_BLOCK;",
+                "      if (j < Ri) {",
                 "        const float xv = xr[i];",
                 f"        {stmt}",
                 "      }",
@@ -292,12 +295,13 @@ class RowKernels(EmitterBase):
         eps = literal(float(self._eps))
         k = ["template <int PT>", f"__global__ void __launch_bounds__(ROW_BLOCK) {kname}_regs{signature} {{"]
         k += self._row_loop_head(pre, False)
+        k.append("    const int Ri = (int)R;  /* rows of at most 32 * ROW_BLOCK elements come here */")
         k.append("    float xr[PT];")
         k.append("    #pragma unroll")
         k.append("    for (int i = 0; i < PT; ++i) {")
-        k.append("      const int64_t j = threadIdx.x + (int64_t)i * blockDim.x;")
+        k.append("      const int j = (int)threadIdx.x + i * ROW_BLOCK;")
         k.append(f"      xr[i] = {neutral};")
-        k.append("      if (j < R) {")
+        k.append("      if (j < Ri) {")
         k += xb
         k.append(f"        xr[i] = {xv};")
         k.append("      }")
