@@ -267,6 +267,7 @@ def measured_baselines(
     moved, flops = task_traffic(ref, expected)
     row["bytes"], row["flops"] = moved, flops
     row["floor_ms"] = max(moved / limits["bandwidth_Bps"], flops / limits["peak_flops"]) * 1e3
+    row["bound"] = bound(moved, flops, limits)
     row[eager_key] = timed(lambda: ref.model(*ref.inputs), device, args.runs)
     if args.compile:
         try:
@@ -442,8 +443,23 @@ def _fmt(x: Any, spec: str = "9.3f") -> str:
 
 HEADER = (
     f"{'task':36s} {'eager ms':>9s} {'compile':>9s} {'best ms':>9s} {'xEager':>7s} {'xCompile':>8s}"
-    f" {'floor%':>7s} it"
+    f" {'floor%':>7s} {'bound':7s} it"
 )
+
+
+def bound(moved: float, flops: float, limits: dict[str, float]) -> str:
+    """Which roofline floor is the larger: "memory" (bytes / bandwidth) or "compute" (FLOPs / peak)."""
+    return "memory" if moved / limits["bandwidth_Bps"] >= flops / limits["peak_flops"] else "compute"
+
+
+def bound_of(row: dict[str, Any]) -> str:
+    """A row's bound; rows written before it was recorded derive it from their run's limits."""
+    if "bound" in row:
+        return row["bound"]
+    limits = row.get("limits") or {}
+    if "bytes" in row and "bandwidth_Bps" in limits:
+        return bound(row["bytes"], row["flops"], limits)
+    return "-"
 
 
 def row_line(row: dict[str, Any]) -> str:
@@ -453,7 +469,7 @@ def row_line(row: dict[str, Any]) -> str:
         f"{row['task']:36s} {_fmt(row.get('eager_ms'))} {_fmt(row.get('compile_ms'))}"
         f" {_fmt(row.get('best_ms'))}"
         f" {_fmt(row.get('speedup_vs_eager'), '7.2f')} {_fmt(row.get('speedup_vs_compile'), '8.2f')}"
-        f" {_fmt(floor, '7.1f')} {row.get('best_iteration', '-')} {row.get('error', '')}"
+        f" {_fmt(floor, '7.1f')} {bound_of(row):7s} {row.get('best_iteration', '-')} {row.get('error', '')}"
     )
 
 
@@ -516,9 +532,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         r["speedup_vs_eager"] for r in rows if r["task"].startswith("level2") and "speedup_vs_eager" in r
     ]
     geomean = math.exp(sum(math.log(s) for s in level2) / len(level2)) if level2 else None
+    memory_bound = [r["floor_fraction"] for r in rows if "floor_fraction" in r and bound_of(r) == "memory"]
     return {
         "geomean_speedup_level2": geomean,
         "min_speedup": min((r["speedup_vs_eager"] for r in rows if "speedup_vs_eager" in r), default=None),
+        "min_floor_fraction_memory_bound": min(memory_bound, default=None),
         "tasks_correct": sum(1 for r in rows if "best_ms" in r),
         "tasks": len(rows),
     }
