@@ -239,7 +239,8 @@ class RowKernels(EmitterBase):
             for kk, leaf in full:
                 lane[leaf] = f"w{kk}.{comp}"
             b, v = self._emit(step, src, lane, "          ")
-            k += ["        {", f"          const int64_t j = (int64_t)j4 * 4 + {c};", "          (void)j;", *b]
+            k += ["        {", f"          const int64_t j = (int64_t)j4 * 4 + {c};", "          (void)j;"]
+            k += b
             k += [f"          xr[4 * i + {c}] = {v};", "        }"]
         k.append("      } else {")
         k.append(f"        xr[4 * i] = xr[4 * i + 1] = xr[4 * i + 2] = xr[4 * i + 3] = {neutral};")
