@@ -101,9 +101,7 @@ def test_rows_in_registers_leave_room_for_two_blocks_of_a_row_each_per_sm(tmp_pa
     thread, one block per SM fits and its barriers leave the memory system idle (0.197 ms against
     0.134 ms on the H200 at 80 registers). 32-bit float4 indices keep the kernel at about 51."""
     for name in ("level1_softmax", "level1_log_softmax", "level2_softmax_scale_residual"):
-        unit = next(
-            c for c in seeds(name, batch_size=2, dim=64) if parse_variant(c.source.code).cache_rows
-        )
+        unit = next(c for c in seeds(name, batch_size=2, dim=64) if parse_variant(c.source.code).cache_rows)
         src = tmp_path / f"{name}.cu"
         src.write_text(unit.source.code)
         flags = [f"-D{k}={v}" for k, v in sorted(unit.source.defines().items())]
