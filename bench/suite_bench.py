@@ -17,7 +17,9 @@ Harnesses:
 Eager and torch.compile are timed the same way as the candidates. The roofline floor of a task is
 max(bytes / bandwidth, flops / peak) with bandwidth from a large device copy and peak from a large float32
 matmul (TF32 off) measured in the same run; bytes are the task's inputs, parameters and outputs (each moved
-once), flops those torch's FlopCounterMode counts. Prints a table, writes <out>/suite_<backend>.json.
+once), flops those torch's FlopCounterMode counts; the `bound` column names the larger of the two (a
+memory-bound task's floor% is its fraction of the bandwidth floor). Prints a table, writes
+<out>/suite_<backend>.json.
 """
 
 from __future__ import annotations
