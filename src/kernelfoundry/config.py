@@ -59,6 +59,11 @@ class Settings(BaseSettings):
     correctness_trials: int = 5
     timed_runs: int = 0  # 0: the backend's default
     cpu_threads: int = 0  # 0: all cores
+    torch_compile_baseline: bool | None = Field(
+        None,
+        description="Time torch.compile beside every candidate, like eager (unset: on for CUDA, off for CPU,"
+        " where each evaluation's compile takes seconds)",
+    )
 
     @property
     def resolved_store_uri(self) -> str:
