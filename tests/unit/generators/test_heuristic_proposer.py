@@ -39,7 +39,27 @@ def test_classification_of_ops() -> None:
     assert classify_op("sum") == "reduction"
     assert classify_op("softmax") == "rowop"
     assert classify_op("linear") == "heavy"
-    assert classify_op("max_pool2d") == "other"
+    assert classify_op("max_pool2d") == "pooling"
+    assert classify_op("adaptive_avg_pool2d") == "pooling"
+    assert classify_op("getitem") == "other"
+
+
+POOLING_TAIL = (Path(__file__).resolve().parents[2] / "fixtures" / "tasks" / "conv_pool_tail.py").read_text()
+
+
+def test_pooling_is_its_own_kind_kept_in_torch_between_generated_parts() -> None:
+    task = Task("pool_tail", POOLING_TAIL, shapes=(ShapeVariant("small", {}),))
+    graph = capture(task)
+    kinds = {n.op: n.kind for n in graph.nodes}
+    assert kinds["max_pool2d"] == "pooling" and kinds["avg_pool2d"] == "pooling"
+    assert kinds["module"] == "heavy"
+    parts = partition(graph, fuse=True)
+    # relu between the conv and the max pool, then x * 2 before the average pool, then + 1 and tanh
+    assert len(parts) == 3
+    result = HeuristicGenerator().generate_sync(GenerationRequest("p", task, "cpu", count=2))
+    assert not result.error, result.message
+    glue = result.candidates[0].source.glue
+    assert "self.pool = nn.MaxPool2d(" in glue and "avg_pool2d(" in glue and glue.count("kf.launch(") == 3
 
 
 def test_capture_bakes_init_scalars_and_records_shapes() -> None:

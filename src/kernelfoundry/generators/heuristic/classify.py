@@ -4,14 +4,16 @@ heavy      library ops kept in torch behind the glue (matmul, linear, bmm, conv,
 pointwise  elementwise ops and broadcasts (one output element from the same-index input elements)
 reduction  sum / mean / amax / amin / logsumexp over contiguous dimensions
 rowop      normalisations over rows: softmax, log-softmax, layer norm, group norm
-other      everything else (views, pooling, ...): kept in torch behind the glue
+pooling    max / average / adaptive / power-average pooling windows: kept in torch behind the glue
+other      everything else (views, indexing, ...): kept in torch behind the glue
 
 Pure tables; must never import torch.
 """
 
 from __future__ import annotations
 
-KINDS = ("heavy", "pointwise", "reduction", "rowop", "other")
+KINDS = ("heavy", "pointwise", "reduction", "rowop", "pooling", "other")
+KEPT_IN_TORCH = frozenset({"heavy", "pooling", "other"})  # run by the glue; generated parts sit between them
 
 POINTWISE_OPS = frozenset(
     {
@@ -22,6 +24,13 @@ POINTWISE_OPS = frozenset(
 )  # fmt: skip
 REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin", "logsumexp"})
 ROW_OPS = frozenset({"softmax", "log_softmax", "layer_norm", "group_norm"})
+POOLING_OPS = frozenset(
+    {
+        f"{kind}_pool{d}d"
+        for kind in ("max", "avg", "adaptive_max", "adaptive_avg", "lp", "fractional_max")
+        for d in (1, 2, 3)
+    }
+)
 HEAVY_OPS = frozenset(
     {
         "matmul",
@@ -47,4 +56,6 @@ def classify_op(op: str) -> str:
         return "rowop"
     if op in HEAVY_OPS:
         return "heavy"
+    if op in POOLING_OPS:
+        return "pooling"
     return "other"

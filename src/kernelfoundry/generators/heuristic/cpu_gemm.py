@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.entry import reduce_range
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.plan import Leaf, Step, partition
@@ -61,7 +62,7 @@ class GemmPlan:
 
 def gemm_plan(graph: Graph) -> GemmPlan | None:
     """The GEMM + epilogue plan of the graph, or None when the family does not apply."""
-    heavy = [n for n in graph.nodes if n.kind in ("heavy", "other")]
+    heavy = [n for n in graph.nodes if n.kind in KEPT_IN_TORCH]
     if len(heavy) != 1 or graph.nodes[0] is not heavy[0] or len(graph.outputs) != 1:
         return None
     lin = heavy[0]

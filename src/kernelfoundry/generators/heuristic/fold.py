@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref
 
 _FOLDABLE_MODULES = ("Conv1d", "Conv2d", "Conv3d", "Linear")
@@ -54,7 +55,7 @@ def fold_affine_tails(graph: Graph) -> tuple[Graph, bool]:
             steps.append(step)
             folded.append(user)
             current = user.name
-        remaining = [n for n in nodes if n not in folded and n.kind not in ("heavy", "other")]
+        remaining = [n for n in nodes if n not in folded and n.kind not in KEPT_IN_TORCH]
         if not folded or not remaining:
             continue
         attrs = dict(heavy.attrs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.entry import reduce_range
 from kernelfoundry.generators.heuristic.fold import folded_call
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
@@ -83,7 +84,7 @@ def glue_source(graph: Graph, parts: list[Part], channels_last: frozenset[str] =
     part_of = {n.name: p for p in parts for n in p.nodes}
     emitted: set[str] = set()
     for n in graph.nodes:
-        if n.kind in ("heavy", "other"):
+        if n.kind in KEPT_IN_TORCH:
             src = graph.aliases.get(n.fx_node.args[0].name, n.fx_node.args[0].name)
             call_expr = dict(expr)
             if n.name in channels_last:

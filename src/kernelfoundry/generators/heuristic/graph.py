@@ -11,11 +11,12 @@ Must never compile or run a kernel; torch is imported lazily so the module impor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelfoundry.generators.heuristic.classify import classify_op
+from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH, classify_op
 from kernelfoundry.tasks.model import ShapeVariant, Task, TaskError
 
 Shape = tuple[int, ...]
@@ -77,7 +78,7 @@ class Graph:
 
     @property
     def has_torch_nodes(self) -> bool:
-        return any(n.kind in ("heavy", "other") for n in self.nodes)
+        return any(n.kind in KEPT_IN_TORCH for n in self.nodes)
 
 
 class UnsupportedGraph(TaskError):
@@ -251,7 +252,7 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
                     if w is not None:
                         extra.append(ref(w))
             add(n, op, [ref(n.args[0]), *extra], attrs)
-        elif kind in ("heavy", "other"):
+        elif kind in KEPT_IN_TORCH:
             add(n, op, [ref(a) for a in tensor_args if isinstance(a, torch.fx.Node)], {})
         else:
             raise UnsupportedGraph(f"operation `{op}` is not supported")
@@ -337,8 +338,17 @@ def _lower_module(
         mod, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose2d | nn.ConvTranspose3d
     ):
         add(n, "module", [x], {"module": n.target})
+    elif _pooling_op(type(mod).__name__) is not None:
+        add(n, _pooling_op(type(mod).__name__), [ref(a) for a in n.args], {"module": n.target})
     else:
         add(n, "module", [ref(a) for a in n.args], {"module": n.target, "other": True})
+
+
+def _pooling_op(module_class: str) -> str | None:
+    """`MaxPool2d` -> `max_pool2d`, `AdaptiveAvgPool1d` -> `adaptive_avg_pool1d`, `LPPool2d` -> `lp_pool2d`:
+    the functional name, classified as pooling (None for any other module)."""
+    op = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", module_class.replace("LPPool", "LpPool")).lower()
+    return op if classify_op(op) == "pooling" else None
 
 
 def _lower_batch_norm(n: Any, mod: Any, qual_to_name: dict[str, str], x: Ref, add: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, Shape
 
 
@@ -80,7 +81,7 @@ def partition(graph: Graph, fuse: bool, single_entry: str = "kf_forward") -> lis
     parts: list[list[OpNode]] = []
     current: list[OpNode] = []
     for n in graph.nodes:
-        if n.kind in ("heavy", "other"):
+        if n.kind in KEPT_IN_TORCH:
             if current:
                 parts.append(current)
                 current = []
