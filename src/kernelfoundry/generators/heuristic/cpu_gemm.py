@@ -7,7 +7,8 @@ input, weight and bias straight (no glue): y = x W^T + b never exists in memory 
 
 Structure (BLIS-like, written so g++ vectorises it; the AVX-512 clone of `KF_CPU_ENTRY` runs here):
 - W is packed once per call into panels of NR = 16*NV output features, k-major (`bpanel`), zero-padded;
-- rows are split in blocks of MC rows across threads; per block, K is walked in KC slices and every
+- rows are split in blocks of at most MC rows (whole MR tiles, a multiple of the threads' count of
+  equal blocks) across threads; per block, K is walked in KC slices and every
   panel is multiplied by MR rows at a time in a register-blocked micro-kernel (`float acc[MR][NR]`,
   MR x NV vector registers once vectorised, one broadcast of x per row and k), so the KC x NR panel
   stays in L1 and the block's rows of x in L2; the KC slices give blocked (not sequential) accumulation
@@ -258,10 +259,16 @@ def gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[str],
     w("      }")
     w("    }")
     w("    float* cbuf = cbufs + (size_t)omp_get_thread_num() * (size_t)(crows * npad);")
-    w("    const int64_t nblocks = (M + MC - 1) / MC;")
+    w("    /* rows per block: at most MC, in whole MR tiles, and as many blocks as make every thread's share")
+    w("       equal (192 rows at MC = 64 on 2 threads: 4 blocks of 48, not 3 of 64 with one thread idle) */")
+    w("    int64_t nblocks = (M + MC - 1) / MC;")
+    w("    nblocks = (nblocks + nthreads - 1) / nthreads * nthreads;")
+    w("    int64_t mc = (M + nblocks - 1) / (nblocks > 0 ? nblocks : 1);")
+    w("    mc = mc < 1 ? MR : (mc + MR - 1) / MR * MR;")
+    w("    nblocks = (M + mc - 1) / mc;")
     w("    #pragma omp for schedule(static)")
     w("    for (int64_t blk = 0; blk < nblocks; ++blk) {")
-    w("      const int64_t m0 = blk * MC, m1 = m0 + MC < M ? m0 + MC : M;")
+    w("      const int64_t m0 = blk * mc, m1 = m0 + mc < M ? m0 + mc : M;")
     w("      if (K == 0) for (int64_t i = 0; i < crows * npad; ++i) cbuf[i] = 0.0f;  /* y = bias */")
     w("      for (int64_t k0 = 0; k0 < K; k0 += KC) {")
     w("        const int64_t kc = k0 + KC < K ? KC : K - k0;")
