@@ -14,16 +14,26 @@ from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Delivery, Reject
 from kernelfoundry.bus.jetstream import Bus, Outgoing
 from kernelfoundry.codec import kernel_from_proto
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.stack.quiet_host import QuietHost
 from kernelfoundry.telemetry.metrics import Metrics
-from kernelfoundry.toolchains import BuildCache, BuildTarget, build
+from kernelfoundry.toolchains import BuildCache, BuildResult, BuildTarget, build
 from kernelfoundry.v1 import build_pb2
 
 
 class CompileHandler:
-    def __init__(self, bus: Bus, cache_dir: Path, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, bus: Bus, cache_dir: Path, metrics: Metrics | None = None, quiet: QuietHost | None = None
+    ) -> None:
         self.bus = bus
         self.cache = BuildCache(cache_dir)
         self.metrics = metrics
+        self.quiet = quiet or QuietHost(None)
+
+    def _build(self, source: KernelSource, target: BuildTarget) -> BuildResult:
+        """One build, held back while a CPU executor on this machine times its runs."""
+        with self.quiet.building():
+            return build(source, target, self.cache)
 
     async def __call__(self, request: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
         try:
@@ -31,7 +41,7 @@ class CompileHandler:
             target = BuildTarget.parse(request.build_target)
         except ValueError as exc:
             raise Reject("bad_request", f"candidate {request.candidate_id}: {exc}") from exc
-        result = await asyncio.to_thread(build, source, target, self.cache)
+        result = await asyncio.to_thread(self._build, source, target)
         artifact_name = ""
         if result.ok and result.artifact is not None:
             artifact_name = f"{request.candidate_id}.so"

@@ -9,6 +9,7 @@ from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.compiler.handlers import CompileHandler
+from kernelfoundry.stack.quiet_host import QuietHost
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
 
@@ -16,7 +17,8 @@ SERVICE = "compiler"
 
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
-    handler = CompileHandler(bus, settings.state_dir / "build-cache", metrics)
+    quiet = QuietHost(settings.timing_lock_dir)
+    handler = CompileHandler(bus, settings.state_dir / "build-cache", metrics, quiet)
     consumers = []
     for target in settings.hardware_list:
         consumers.append(

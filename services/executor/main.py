@@ -32,6 +32,8 @@ def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
         changes["timed_runs"] = settings.timed_runs
     if settings.cpu_threads:
         changes["cpu_threads"] = settings.cpu_threads
+    if settings.timing_lock_dir and device == "cpu":  # builds share the CPU's cores, not a GPU's
+        changes["timing_lock_dir"] = settings.timing_lock_dir
     if settings.torch_compile_baseline is not None:
         changes["measure_torch_compile"] = settings.torch_compile_baseline
     return replace(base, **changes)  # type: ignore[arg-type]

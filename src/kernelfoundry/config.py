@@ -59,6 +59,11 @@ class Settings(BaseSettings):
     correctness_trials: int = 5
     timed_runs: int = 0  # 0: the backend's default
     cpu_threads: int = 0  # 0: all cores
+    timing_lock_dir: str = Field(
+        "",
+        description="Folder of the host-wide lock that holds builds back while a CPU executor times"
+        " (compiler and CPU executor on one machine; the embedded stack sets it; empty: off)",
+    )
     torch_compile_baseline: bool | None = Field(
         None,
         description="Time torch.compile beside every candidate, like eager (unset: on for CUDA, off for CPU,"

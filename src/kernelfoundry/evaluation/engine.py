@@ -29,6 +29,7 @@ from kernelfoundry.evaluation.report import EvaluationReport, ShapeReport
 from kernelfoundry.evaluation.settings import EvaluationRequest
 from kernelfoundry.evaluation.timing import CpuTimer, CudaTimer
 from kernelfoundry.evaluation.unit import CompiledUnit, DescriptorArray, as_tensors
+from kernelfoundry.stack.quiet_host import QuietHost
 from kernelfoundry.tasks.model import ShapeVariant, TaskError, Tolerance
 from kernelfoundry.tasks.reference import instantiate
 
@@ -499,7 +500,8 @@ class Evaluation:
             self.failed_trial = None
             keep_alive.clear()
             timer = self._timer()
-            per_shape = [self._time_shape(state, timer) for state in states]
+            with QuietHost(self.settings.timing_lock_dir).timing():
+                per_shape = [self._time_shape(state, timer) for state in states]
         return self._report(per_shape, states)
 
     def _report(self, per_shape: list[ShapeReport], states: list[ShapeState]) -> EvaluationReport:

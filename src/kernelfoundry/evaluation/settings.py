@@ -23,7 +23,8 @@ class EvaluationSettings:
     `timed_runs=None` means the backend's default (100 on CUDA, 30 on CPU). `cpu_threads=None` means
     every core the process may use. `measure_torch_compile=None` means on for CUDA, off for CPU (CPU
     torch.compile needs a C++ compiler and takes tens of seconds). `tolerance` overrides both the
-    task's tolerance and the dtype policy.
+    task's tolerance and the dtype policy. `timing_lock_dir` names the folder of a host-wide lock
+    (kernelfoundry.stack.quiet_host) that keeps builds off the cores while the runs are timed.
     """
 
     correctness_trials: int = MIN_CORRECTNESS_TRIALS
@@ -34,6 +35,7 @@ class EvaluationSettings:
     deadline_s: float = 300.0
     cpu_threads: int | None = None
     measure_torch_compile: bool | None = None
+    timing_lock_dir: str = ""
     measure_baselines: bool = True
     tolerance: Tolerance | None = None
 

@@ -103,6 +103,8 @@ class Stack:
                 "KF_GRPC_ADDRESS": self.grpc_address,
                 "KF_STORE_GRPC_ADDRESS": self.store_grpc_address,
                 "KF_METRICS_PORT": "0",
+                # one machine: builds wait while the CPU executor times (kernelfoundry.stack.quiet_host)
+                "KF_TIMING_LOCK_DIR": str(self.state_dir / "locks"),
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
+from pathlib import Path
 
 from evaluation_fixtures import FAST, FMA_TWO_SHAPES, Units, task
 
 from kernelfoundry.evaluation import EvaluationReport, EvaluationWorker, evaluate_once
+from kernelfoundry.stack.quiet_host import QuietHost
 from kernelfoundry.tasks.model import Tolerance
 
 
@@ -58,3 +62,22 @@ def test_evaluate_once_uses_a_fresh_process(units: Units) -> None:
 def test_request_for_another_device_is_refused(units: Units, worker: EvaluationWorker) -> None:
     request = replace(units.request("good_fma"), device="cuda:0")
     assert worker.evaluate(request).reason == "bad_request"
+
+
+def test_timed_runs_wait_for_the_build_in_flight_on_this_host(
+    units: Units, worker: EvaluationWorker, tmp_path: Path
+) -> None:
+    """With a timing lock folder, a CPU evaluation checks correctness at once but times only after the
+    build holding the host has finished (kernelfoundry.stack.quiet_host)."""
+    host = QuietHost(tmp_path)
+    request = units.request("good_fma", settings=replace(FAST, timing_lock_dir=str(tmp_path)))
+    done: list[float] = []
+    with host.building():
+        evaluation = threading.Thread(target=lambda: done.append(worker.evaluate(request).runtime_ms or 0))
+        evaluation.start()
+        evaluation.join(3.0)
+        assert not done  # correctness trials ran; the timed runs wait for the build
+        released = time.monotonic()
+    evaluation.join(60)
+    assert done and done[0] > 0
+    assert time.monotonic() - released < 60

@@ -29,3 +29,10 @@ def test_other_evaluation_settings_pass_through() -> None:
         Settings(timed_runs=7, correctness_trials=6, evaluation_deadline_s=9.0), "cpu"
     )
     assert (settings.timed_runs, settings.correctness_trials, settings.deadline_s) == (7, 6, 9.0)
+
+
+def test_only_a_cpu_executor_holds_builds_back_while_it_times() -> None:
+    settings = Settings(timing_lock_dir="/tmp/kf-locks")
+    assert evaluation_settings(settings, "cpu").timing_lock_dir == "/tmp/kf-locks"
+    assert evaluation_settings(settings, "cuda:0").timing_lock_dir == ""
+    assert evaluation_settings(Settings(), "cpu").timing_lock_dir == ""
