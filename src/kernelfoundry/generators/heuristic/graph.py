@@ -338,8 +338,8 @@ def _lower_module(
         mod, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose2d | nn.ConvTranspose3d
     ):
         add(n, "module", [x], {"module": n.target})
-    elif _pooling_op(type(mod).__name__) is not None:
-        add(n, _pooling_op(type(mod).__name__), [ref(a) for a in n.args], {"module": n.target})
+    elif (pool := _pooling_op(type(mod).__name__)) is not None:
+        add(n, pool, [ref(a) for a in n.args], {"module": n.target})
     else:
         add(n, "module", [ref(a) for a in n.args], {"module": n.target, "other": True})
 
