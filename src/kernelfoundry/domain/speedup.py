@@ -118,7 +118,9 @@ def run_speedup(measurements: Sequence[Measurement]) -> RunSpeedup | None:
     eager = pool_baseline(m.baseline_ms for m in measurements)
     if best is None or eager is None:
         return None
-    retimes = [m for m in measurements if _timed(m) and retimed_candidate(m.candidate_id) == best.candidate_id]
+    retimes = [
+        m for m in measurements if _timed(m) and retimed_candidate(m.candidate_id) == best.candidate_id
+    ]
     retime = retimes[-1] if retimes else None
     measured = retime or best
     kernel_ms = float(measured.runtime_ms or 0.0)
