@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import random
 import time
 from collections.abc import Callable
@@ -24,6 +25,15 @@ from kernelfoundry.domain.engine import EngineConfig, EvolutionEngine, Generatio
 from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo, Mismatch
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.outcomes import Outcome
+from kernelfoundry.domain.speedup import (
+    Measurement,
+    RunSpeedup,
+    fastest,
+    kernel_speedup,
+    pool_baseline,
+    retime_id,
+    run_speedup,
+)
 from kernelfoundry.domain.sweeps import SweepCampaign, SweepFailure, SweepJob
 from kernelfoundry.tasks.model import Budget, Task, TaskError
 from kernelfoundry.telemetry.logging import get_logger
@@ -49,6 +59,7 @@ class CandidateState:
     compiled: bool = False
     resolved: bool = False
     evaluation: evaluation_pb2.EvaluationFinished | None = None
+    build_flags: tuple[str, ...] = ()
 
 
 @dataclass
@@ -80,6 +91,14 @@ class RunState:
     message: str = ""
     finished_at: float | None = None
     listeners: list[asyncio.Queue[run_pb2.RunProgress]] = field(default_factory=list)
+    # Every evaluation's timings, in arrival order: the run's speedup is computed from these alone.
+    measurements: list[Measurement] = field(default_factory=list)
+    # The re-time of the best kernel before the run ends (kernelfoundry.domain.speedup).
+    retime_id: str = ""
+    retime_done: bool = False
+    finish_message: str = ""
+    # Why generation requests failed (reason -> first message), to explain a run without candidates.
+    generation_errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -232,11 +251,11 @@ class RunCoordinator:
         now = self.clock()
         decision = run.engine.stop(now)
         if decision:
-            return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, f"budget reached: {decision.reason}")
+            return self._conclude(run, f"budget reached: {decision.reason}")
         plans = run.engine.plan_generation(now, run.rng)
         jobs = self._sweep_jobs(run) if run.config.sweeps else []
         if not plans and not jobs:
-            return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, "nothing left to try")
+            return self._conclude(run, "nothing left to try")
         run.generation = run.engine.generation
         out: list[Outgoing] = []
         for index, (plan, count) in enumerate(merge_seed_plans(plans)):
@@ -363,6 +382,7 @@ class RunCoordinator:
         out: list[Outgoing] = []
         if run.active:
             if event.error_reason:
+                run.generation_errors.setdefault(event.error_reason, event.error_message)
                 log.warning(
                     "generation failed",
                     run_id=run.run_id,
@@ -475,10 +495,16 @@ class RunCoordinator:
 
     def on_compiled(self, event: build_pb2.CandidateCompiled) -> list[Outgoing]:
         run = self.runs.get(event.run_id)
+        if run is not None and event.candidate_id == run.retime_id:
+            if event.ok or not run.active:
+                return []
+            log.warning("the best kernel's re-time did not build", run_id=run.run_id, reason=event.reason)
+            return self._retimed(run)
         candidate = run.candidates.get(event.candidate_id) if run else None
         if run is None or candidate is None or candidate.compiled or candidate.resolved:
             return []
         candidate.compiled = True
+        candidate.build_flags = tuple(event.flags)
         if event.ok:
             run.compiled += 1
             self._notify(run)
@@ -493,6 +519,13 @@ class RunCoordinator:
 
     def on_evaluated(self, event: evaluation_pb2.EvaluationFinished) -> list[Outgoing]:
         run = self.runs.get(event.run_id)
+        if run is not None and event.candidate_id == run.retime_id:
+            if not run.active or run.retime_done:
+                return []
+            run.measurements.append(measurement_of(event))
+            if not event.correct:
+                log.warning("the best kernel's re-time failed", run_id=run.run_id, reason=event.reason)
+            return self._retimed(run)
         candidate = run.candidates.get(event.candidate_id) if run else None
         if run is None or candidate is None or candidate.resolved:
             return []
@@ -522,6 +555,13 @@ class RunCoordinator:
         """Apply a candidate's result to the run's state: engine, counters, best. Emits nothing."""
         candidate.resolved = True
         candidate.evaluation = event
+        if event is not None:
+            run.measurements.append(measurement_of(event))
+        if not evaluation.failed and event is not None:
+            # the archive ranks kernels by their own time over the run's pooled eager baseline
+            eager = pool_baseline(m.baseline_ms for m in run.measurements)
+            pooled = kernel_speedup(event.runtime_ms or None, eager)
+            evaluation = replace(evaluation, speedup=pooled if pooled is not None else evaluation.speedup)
         outcome: Outcome = run.engine.record_evaluation(candidate.info, evaluation)
         if evaluation.failed:
             run.failed += 1
@@ -529,10 +569,16 @@ class RunCoordinator:
             run.correct += 1
             if event is not None:
                 RunCoordinator._offer_shapes(run, candidate, event)
-            if evaluation.fitness > run.best_speedup:
-                run.best_speedup = evaluation.fitness
-                run.best_id = candidate.info.candidate_id
+        RunCoordinator._rank_best(run)
         return outcome
+
+    @staticmethod
+    def _rank_best(run: RunState) -> None:
+        """The run's best kernel and figure by the one definition (kernelfoundry.domain.speedup)."""
+        best = fastest(run.measurements)
+        figure = run_speedup(run.measurements)
+        run.best_id = best.candidate_id if best is not None else ""
+        run.best_speedup = figure.speedup if figure is not None else 0.0
 
     @staticmethod
     def _offer_shapes(
@@ -578,8 +624,8 @@ class RunCoordinator:
         best_before = run.best_id
         outcome = self.restore_result(run, candidate, evaluation, event)
         self._feed_sweeps(run, candidate, evaluation, outcome)
-        if run.best_id != best_before:
-            run.best_path = self._write_best(run, candidate)
+        if run.best_id and run.best_id != best_before:
+            run.best_path = self._write_best(run, run.candidates[run.best_id])
         archive = run_pb2.ArchiveUpdated(
             run_id=run.run_id,
             iteration=run.generation,
@@ -626,6 +672,40 @@ class RunCoordinator:
             return []
         return self._finish(run, run_pb2.RUN_STATUS_CANCELLED, "cancelled by the user")
 
+    def _conclude(self, run: RunState, message: str) -> list[Outgoing]:
+        """The search is over: fail without a correct kernel, else re-time the best, then complete."""
+        if not run.best_id:
+            return self._finish(run, run_pb2.RUN_STATUS_FAILED, no_kernel_reason(run, message))
+        if run.retime_done:
+            return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, message)
+        if run.retime_id:
+            return []  # the re-time is in flight; its result ends the run
+        return self._start_retime(run, message)
+
+    def _start_retime(self, run: RunState, message: str) -> list[Outgoing]:
+        """Build and evaluate the best kernel once more, eager (and torch.compile) timed beside it."""
+        best = run.candidates[run.best_id]
+        run.retime_id = retime_id(run.best_id, str(int(self.clock() * 1000)))
+        run.finish_message = message
+        run.message = f"re-timing the best kernel {run.best_id} beside PyTorch eager"
+        request = build_pb2.CompileCandidate(
+            candidate_id=run.retime_id,
+            run_id=run.run_id,
+            source=kernel_to_proto(best.source),
+            build_target=run.build_target,
+            execute_hardware=run.config.hardware,
+            task=run.task_proto,
+        )
+        self._notify(run)
+        return [Outgoing(subjects.compile_(run.build_target), request, f"compile-{run.retime_id}")]
+
+    def _retimed(self, run: RunState) -> list[Outgoing]:
+        run.retime_done = True
+        self._rank_best(run)
+        figure = run_speedup(run.measurements)
+        note = "" if figure is not None and figure.retimed else " (the re-time failed: figures from the run)"
+        return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, run.finish_message + note)
+
     def _finish(self, run: RunState, status: int, message: str) -> list[Outgoing]:
         run.status = status
         run.message = message
@@ -637,15 +717,21 @@ class RunCoordinator:
         return [Outgoing(subjects.RUN_FINISHED, finished, f"finished-{run.run_id}")]
 
     def _write_best(self, run: RunState, candidate: CandidateState) -> str:
+        """The best kernel as it was built: every -D value the build passed is a #define at its top, and
+        best.manifest.json beside it names the entry point, the glue and the build flags, so that
+        `kernelfoundry evaluate TASK best.<ext>` builds the same unit the run measured."""
         folder = self.state_dir / "runs" / run.run_id
         folder.mkdir(parents=True, exist_ok=True)
         ext = EXTENSIONS.get(candidate.source.language, "txt")
         path = folder / f"best.{ext}"
-        defines = "".join(f"#define {k} {v}\n" for k, v in sorted(candidate.source.params.items()))
-        header = f"// KernelFoundry run {run.run_id}, candidate {candidate.info.candidate_id}\n"
-        path.write_text(header + defines + candidate.source.code)
+        path.write_text(saved_source(run.run_id, candidate.info.candidate_id, candidate.source))
+        glue = folder / "best_glue.py"
         if candidate.source.glue:
-            (folder / "best_glue.py").write_text(candidate.source.glue)
+            glue.write_text(candidate.source.glue)
+        else:
+            glue.unlink(missing_ok=True)
+        manifest = build_manifest(run, candidate, glue.name if candidate.source.glue else "")
+        (folder / "best.manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         return str(path.resolve())
 
     # -- views ------------------------------------------------------------------------------------------
@@ -673,13 +759,16 @@ class RunCoordinator:
             return run_pb2.BestKernel()
         state = run.candidates[run.best_id]
         evaluation = state.evaluation
+        figure = run_speedup(run.measurements)
         return run_pb2.BestKernel(
             candidate_id=run.best_id,
             source=kernel_to_proto(state.source),
             speedup=run.best_speedup,
-            runtime_ms=evaluation.runtime_ms if evaluation else 0.0,
-            baseline_ms=evaluation.baseline_ms if evaluation else 0.0,
-            compile_baseline_ms=evaluation.compile_baseline_ms if evaluation else 0.0,
+            runtime_ms=figure.kernel_ms if figure else (evaluation.runtime_ms if evaluation else 0.0),
+            baseline_ms=figure.eager.median_ms if figure else (evaluation.baseline_ms if evaluation else 0.0),
+            compile_baseline_ms=figure.compile_ms
+            if figure
+            else (evaluation.compile_baseline_ms if evaluation else 0.0),
             descriptors=descriptors_to_proto(state.info.descriptors),
             iteration=state.info.generation,
             hardware=run.config.hardware,
@@ -697,6 +786,7 @@ class RunCoordinator:
             failed={k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("failed:")},
         )
         end = run.finished_at or self.clock()
+        figure = run_speedup(run.measurements)
         return run_pb2.RunProgress(
             run_id=run.run_id,
             task_name=run.task.name,
@@ -715,9 +805,94 @@ class RunCoordinator:
             elapsed_s=end - run.started_at,
             config=run.config,
             tuned=self.tuned(run),
+            speedup=speedup_to_proto(figure) if figure is not None else None,
         )
 
     def _notify(self, run: RunState) -> None:
         snapshot = self.progress(run)
         for queue in list(run.listeners):
             queue.put_nowait(snapshot)
+
+
+def measurement_of(event: evaluation_pb2.EvaluationFinished) -> Measurement:
+    """An evaluation event's timings, as the speedup definition reads them."""
+    return Measurement(
+        candidate_id=event.candidate_id,
+        correct=event.correct,
+        runtime_ms=event.runtime_ms or None,
+        runtime_spread_ms=event.runtime_spread_ms or None,
+        baseline_ms=event.baseline_ms or None,
+        compile_baseline_ms=event.compile_baseline_ms or None,
+    )
+
+
+def speedup_to_proto(figure: RunSpeedup) -> run_pb2.RunSpeedup:
+    return run_pb2.RunSpeedup(
+        candidate_id=figure.candidate_id,
+        speedup=figure.speedup,
+        kernel_ms=figure.kernel_ms,
+        kernel_spread_ms=figure.kernel_spread_ms,
+        eager_ms=figure.eager.median_ms,
+        eager_spread_ms=figure.eager.spread_ms,
+        eager_samples=figure.eager.samples,
+        eager_outliers_ms=list(figure.eager.outliers_ms),
+        retimed=figure.retimed,
+        side_by_side_eager_ms=figure.side_by_side_eager_ms,
+        side_by_side_speedup=figure.side_by_side_speedup,
+        compile_ms=figure.compile_ms,
+        speedup_vs_compile=figure.speedup_vs_compile,
+    )
+
+
+def saved_source(run_id: str, candidate_id: str, source: KernelSource) -> str:
+    """The kernel's code with every define its build passed (declared defaults and chosen values) on top.
+
+    Tunables are guarded with `#ifndef NAME`, so these defines win exactly as `-DNAME=value` did.
+    """
+    defines = "".join(f"#define {k} {v}\n" for k, v in sorted(source.defines().items()))
+    header = (
+        f"// KernelFoundry run {run_id}, candidate {candidate_id}: the unit this run built and measured.\n"
+        "// The defines below are the values its build passed as -DNAME=value.\n"
+    )
+    return header + defines + source.code
+
+
+def build_manifest(run: RunState, candidate: CandidateState, glue_file: str) -> dict[str, object]:
+    """What `kernelfoundry evaluate` needs beside the source to build and run the same unit."""
+    return {
+        "run_id": run.run_id,
+        "candidate_id": candidate.info.candidate_id,
+        "task": run.task.name,
+        "language": candidate.source.language,
+        "backend": run.config.hardware.split(".", 1)[0],
+        "hardware": run.config.hardware,
+        "build_target": run.build_target,
+        "entry_point": candidate.source.entry_point,
+        "glue_file": glue_file,
+        "defines": {k: str(v) for k, v in sorted(candidate.source.defines().items())},
+        "build_flags": list(candidate.build_flags),
+    }
+
+
+def no_kernel_reason(run: RunState, budget_message: str) -> str:
+    """Why a run ends without a correct kernel, in words a user can act on."""
+    if run.generated == 0:
+        errors = "; ".join(f"{reason}: {message}" for reason, message in run.generation_errors.items())
+        detail = errors or "the generator returned no kernel"
+        return f"no candidate was generated ({detail}); {budget_message}"
+    failures = {
+        k.split(":", 1)[1]: v for k, v in run.engine.outcomes.to_dict().items() if k.startswith("failed:")
+    }
+    counts = ", ".join(f"{reason} x{n}" for reason, n in sorted(failures.items(), key=lambda kv: -kv[1]))
+    example = next(
+        (
+            c.evaluation.message
+            for c in run.candidates.values()
+            if c.evaluation is not None and not c.evaluation.correct and c.evaluation.message
+        ),
+        "",
+    )
+    text = f"no correct kernel among {run.generated} candidates ({counts or 'none evaluated'})"
+    if example:
+        text += f"; first failure: {example[:300]}"
+    return f"{text}; {budget_message}"

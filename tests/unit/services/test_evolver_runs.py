@@ -163,19 +163,123 @@ def test_a_compile_failure_resolves_the_candidate_with_no_fitness(tmp_path: Path
     run = runs.runs["run-1"]
     assert run.failed == 1 and run.best_speedup == 0.0
     assert run.engine.outcomes.to_dict() == {"failed:compile_error": 1}
-    assert any(o.subject == subjects.RUN_FINISHED for o in emitted)
+    (finished,) = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
+    assert finished.status == run_pb2.RUN_STATUS_FAILED and "compile_error x1" in finished.progress.message
 
 
-def test_the_run_finishes_when_its_generations_are_spent_and_writes_the_best_kernel(tmp_path: Path) -> None:
+def retime_of(emitted):  # type: ignore[no-untyped-def]
+    """The re-time's compile request among `emitted` (the best kernel built and evaluated once more)."""
+    (request,) = [c.message for c in compile_requests(emitted) if "-retime-" in c.message.candidate_id]
+    return request
+
+
+def retimed(request: build_pb2.CompileCandidate, runtime_ms: float, baseline_ms: float):  # type: ignore[no-untyped-def]
+    return evaluation_pb2.EvaluationFinished(
+        candidate_id=request.candidate_id,
+        run_id=request.run_id,
+        hardware="cpu.x86_64",
+        correct=True,
+        runtime_ms=runtime_ms,
+        runtime_spread_ms=0.01,
+        baseline_ms=baseline_ms,
+        speedup=baseline_ms / runtime_ms,
+    )
+
+
+def test_the_run_re_times_its_best_kernel_then_finishes_and_writes_it(tmp_path: Path) -> None:
     runs, out = start(tmp_path, iterations=1, population=1)
     (request,) = requests(out)
     runs.on_generated(generated(request, kernel(7)))
     emitted = runs.on_evaluated(evaluated(f"{request.request_id}-c0", 3.0))
+    assert not [o for o in emitted if o.subject == subjects.RUN_FINISHED]
+    retime = retime_of(emitted)
+    assert retime.candidate_id.startswith(f"{request.request_id}-c0-retime-")
+    assert "variant 7" in retime.source.code
+    emitted = runs.on_evaluated(retimed(retime, runtime_ms=0.5, baseline_ms=1.2))
     finished = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
     assert finished and finished[0].status == run_pb2.RUN_STATUS_COMPLETED
+    figure = finished[0].progress.speedup
+    assert figure.retimed and figure.kernel_ms == 0.5
+    assert figure.eager_ms == pytest.approx(1.1)  # median of the run's 1.0 and the re-time's 1.2
+    assert figure.speedup == pytest.approx(2.2) and figure.side_by_side_speedup == pytest.approx(2.4)
     best = runs.best_kernel(runs.runs["run-1"])
-    assert best.speedup == pytest.approx(3.0)
+    assert best.speedup == pytest.approx(2.2) and best.runtime_ms == 0.5
     assert "variant 7" in Path(best.path).read_text()
+
+
+def test_a_failed_re_time_ends_the_run_with_the_run_s_own_figures(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=1, population=1)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, kernel(7)))
+    retime = retime_of(runs.on_evaluated(evaluated(f"{request.request_id}-c0", 3.0)))
+    failed = build_pb2.CandidateCompiled(candidate_id=retime.candidate_id, run_id="run-1", ok=False)
+    emitted = runs.on_compiled(failed)
+    (finished,) = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
+    assert finished.status == run_pb2.RUN_STATUS_COMPLETED and "re-time failed" in finished.progress.message
+    assert finished.progress.best_speedup == pytest.approx(3.0)
+    assert runs.on_evaluated(retimed(retime, 0.1, 1.0)) == []  # too late: the run has ended
+
+
+def test_the_best_kernel_is_the_fastest_by_its_own_time_not_by_a_lucky_eager_timing(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3)
+    lucky, fast = seed_generation(runs, out, kernel(1), kernel(2))
+    noisy = evaluated(lucky, 1.0)
+    noisy.runtime_ms, noisy.baseline_ms, noisy.speedup = 2.2, 16.8, 16.8 / 2.2
+    steady = evaluated(fast, 1.0)
+    steady.runtime_ms, steady.baseline_ms, steady.speedup = 2.0, 8.0, 4.0
+    runs.on_evaluated(noisy)
+    runs.on_evaluated(steady)
+    run = runs.runs["run-1"]
+    assert run.best_id == fast
+    assert run.best_speedup == pytest.approx(12.4 / 2.0)  # median of 16.8 and 8.0 over 2.0 ms
+
+
+def test_the_saved_best_kernel_carries_every_define_its_build_passed_and_a_manifest(tmp_path: Path) -> None:
+    import json
+
+    runs, out = start(tmp_path, iterations=3, population=1)
+    (request,) = requests(out)
+    source = tunable_kernel(1)
+    source = KernelSource(source.language, source.code, tunables=source.tunables, glue="class ModelNew: ...")
+    runs.on_generated(generated(request, source))
+    compiled = build_pb2.CandidateCompiled(
+        candidate_id=f"{request.request_id}-c0", run_id="run-1", ok=True, flags=["-O3", "-DBLOCK=128"]
+    )
+    runs.on_compiled(compiled)
+    runs.on_evaluated(evaluated(f"{request.request_id}-c0", 2.0))
+    path = Path(runs.runs["run-1"].best_path)
+    text = path.read_text()
+    assert text.index("#define BLOCK 128") < text.index("#ifndef BLOCK")  # the declared default, on top
+    manifest = json.loads((path.parent / "best.manifest.json").read_text())
+    assert manifest["defines"] == {"BLOCK": "128"} and manifest["build_flags"] == ["-O3", "-DBLOCK=128"]
+    assert manifest["glue_file"] == "best_glue.py"
+    assert (path.parent / "best_glue.py").read_text() == "class ModelNew: ..."
+
+
+def test_a_run_without_any_candidate_fails_with_the_generator_s_reason(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=1, population=1)
+    (request,) = requests(out)
+    event = generated(request)
+    event.error_reason = "unsupported_operator"
+    event.error_message = "the proposer does not support operator truediv at node div_1"
+    emitted = runs.on_generated(event)
+    (finished,) = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
+    assert finished.status == run_pb2.RUN_STATUS_FAILED
+    assert "no candidate was generated" in finished.progress.message
+    assert "operator truediv at node div_1" in finished.progress.message
+
+
+def test_a_run_without_a_correct_kernel_fails_naming_the_failures(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=1, population=1)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, kernel(1)))
+    wrong = evaluated(f"{request.request_id}-c0", 1.0, correct=False)
+    wrong.message = "output 0 differs at index 3"
+    emitted = runs.on_evaluated(wrong)
+    (finished,) = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
+    assert finished.status == run_pb2.RUN_STATUS_FAILED
+    assert "no correct kernel among 1 candidates (wrong_result x1)" in finished.progress.message
+    assert "output 0 differs at index 3" in finished.progress.message
 
 
 def test_events_of_unknown_runs_are_ignored(tmp_path: Path) -> None:
