@@ -28,18 +28,16 @@ class EventHandler:
             out = self.runs.on_compiled(event)
         elif isinstance(event, evaluation_pb2.EvaluationFinished):
             out = self.runs.on_evaluated(event)
-            self._record_speedup(event)
+            self._record_archive(event)
         else:
             out = []
         self._record_finished(out)
         return out
 
-    def _record_speedup(self, event: evaluation_pb2.EvaluationFinished) -> None:
+    def _record_archive(self, event: evaluation_pb2.EvaluationFinished) -> None:
         run = self.runs.runs.get(event.run_id)
         if self.metrics is None or run is None:
             return
-        if event.correct and event.speedup > 0:
-            self.metrics.record_speedup(run.task.name, event.hardware, event.speedup)
         self.metrics.archive_cells_filled.labels(task=run.task.name).set(
             len(run.engine.merged_archive().elites())
         )
@@ -49,6 +47,11 @@ class EventHandler:
             return
         for message in out:
             if isinstance(message.message, run_pb2.RunFinished):
+                progress = message.message.progress
+                if progress.HasField("speedup"):  # the run's one figure (kernelfoundry.domain.speedup)
+                    self.metrics.record_speedup(
+                        progress.task_name, progress.config.hardware, progress.speedup.speedup
+                    )
                 self.metrics.runs_active.dec()
                 status = run_pb2.RunStatus.Name(message.message.status).removeprefix("RUN_STATUS_").lower()
                 self.metrics.runs_total.labels(status=status).inc()

@@ -28,7 +28,12 @@ from kernelfoundry.lineage.records import (
     RunRecord,
     UsageRecord,
 )
-from kernelfoundry.lineage.repository import SCHEMA_VERSION, LineageRepository, UsageGrouping
+from kernelfoundry.lineage.repository import (
+    SCHEMA_VERSION,
+    LineageRepository,
+    UsageGrouping,
+    rank_best_kernels,
+)
 from kernelfoundry.lineage.retention import PURGED_MARKER, RetentionPolicy, cap_blob
 from kernelfoundry.lineage.tree import NodeRow, Walk, root_node, walk
 from kernelfoundry.lineage.views import (
@@ -233,29 +238,13 @@ class MongoLineageRepository(LineageRepository):
         run_query = {} if task_name is None else {"task_name": task_name}
         runs = await self._db["runs"].find(run_query, {"_id": 0, "run_id": 1, "task_name": 1}).to_list(None)
         task_of = {run["run_id"]: run["task_name"] for run in runs}
-        query: dict[str, Any] = {"correct": True, "speedup": {"$ne": None}}
+        query: dict[str, Any] = {}
         if hardware is not None:
             query["hardware"] = hardware
         if task_name is not None:
             query["run_id"] = {"$in": sorted(task_of)}
-        fields = {"_id": 0, "candidate_id": 1, "run_id": 1, "hardware": 1, "speedup": 1, "runtime_ms": 1}
-        best: dict[tuple[str, str], BestKernel] = {}
-        for row in await self._db["evaluations"].find(query, fields).to_list(None):
-            task = task_of.get(row["run_id"])
-            if task is None:
-                continue
-            candidate = BestKernel(
-                task,
-                row["hardware"],
-                row["candidate_id"],
-                row["run_id"],
-                row["speedup"],
-                row.get("runtime_ms"),
-            )
-            held = best.get((task, candidate.hardware))
-            if held is None or _rank(candidate) < _rank(held):
-                best[(task, candidate.hardware)] = candidate
-        return [best[key] for key in sorted(best)]
+        records = await self._find(EvaluationRecord, "evaluations", query, [("evaluated_at", 1)])
+        return rank_best_kernels(task_of, records)
 
     async def snapshots(
         self, run_id: str, *, since: datetime | None = None, until: datetime | None = None
@@ -326,9 +315,3 @@ class MongoLineageRepository(LineageRepository):
         if self._client is not None:
             await self._client.close()
             self._client = None
-
-
-def _rank(kernel: BestKernel) -> tuple[float, bool, float, str]:
-    """Sort key of the best kernel: highest speedup, then a known lower runtime, then candidate id."""
-    runtime = kernel.runtime_ms
-    return (-kernel.speedup, runtime is None, runtime if runtime is not None else 0.0, kernel.candidate_id)

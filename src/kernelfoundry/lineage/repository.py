@@ -12,10 +12,13 @@ Must never know about protobuf, NATS or gRPC: the service maps messages to recor
 from __future__ import annotations
 
 import abc
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Self
 
+from kernelfoundry.domain.speedup import Measurement, run_speedup
 from kernelfoundry.lineage.records import (
     ArchiveSnapshot,
     BuildRecord,
@@ -35,6 +38,52 @@ from kernelfoundry.lineage.views import (
 
 SCHEMA_VERSION = 1
 UsageGrouping = Literal["generator", "run"]
+
+
+def measurement_of(record: EvaluationRecord) -> Measurement:
+    """A stored evaluation's timings, as the speedup definition (kernelfoundry.domain.speedup) reads them."""
+    spread = record.details.get("runtime_spread_ms") if isinstance(record.details, dict) else None
+    return Measurement(
+        candidate_id=record.candidate_id,
+        correct=record.correct,
+        runtime_ms=record.runtime_ms,
+        runtime_spread_ms=float(spread) if isinstance(spread, int | float) else None,
+        baseline_ms=record.baseline_ms,
+        compile_baseline_ms=record.compile_baseline_ms,
+    )
+
+
+def rank_best_kernels(
+    task_of: Mapping[str, str], evaluations: Iterable[EvaluationRecord]
+) -> list[BestKernel]:
+    """Per (task, hardware): the fastest of the runs' best kernels, each with its run's one speedup figure.
+
+    Every run's figure is computed from that run's evaluations on that hardware alone (the fastest kernel by
+    its own time over the run's pooled eager median, re-timed when the run re-timed it); across runs the
+    kernel with the lowest time wins (ties: the higher speedup, then the candidate id). Runs missing from
+    `task_of` are skipped.
+    """
+    per_run: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
+    for record in evaluations:
+        if record.run_id in task_of:
+            per_run[(record.run_id, record.hardware)].append(measurement_of(record))
+    best: dict[tuple[str, str], BestKernel] = {}
+    for (run_id, hardware), measurements in sorted(per_run.items()):
+        figure = run_speedup(measurements)
+        if figure is None:
+            continue
+        kernel = BestKernel(
+            task_of[run_id], hardware, figure.candidate_id, run_id, figure.speedup, figure.kernel_ms
+        )
+        key = (kernel.task_name, hardware)
+        held = best.get(key)
+        if held is None or _rank(kernel) < _rank(held):
+            best[key] = kernel
+    return [best[key] for key in sorted(best)]
+
+
+def _rank(kernel: BestKernel) -> tuple[float, float, str]:
+    return (kernel.runtime_ms or 0.0, -kernel.speedup, kernel.candidate_id)
 
 
 class LineageRepository(abc.ABC):
@@ -113,8 +162,9 @@ class LineageRepository(abc.ABC):
     async def best_kernels(
         self, *, task_name: str | None = None, hardware: str | None = None
     ) -> list[BestKernel]:
-        """Per (task, hardware) across all runs, the correct evaluation with the highest speedup
-        (ties: lower runtime, then candidate id), ordered by (task_name, hardware)."""
+        """Per (task, hardware) across all runs, the fastest run-best kernel with its run's speedup figure
+        (`rank_best_kernels`: the one definition of kernelfoundry.domain.speedup), ordered by
+        (task_name, hardware)."""
 
     @abc.abstractmethod
     async def snapshots(

@@ -31,7 +31,12 @@ from kernelfoundry.lineage.records import (
     RunRecord,
     UsageRecord,
 )
-from kernelfoundry.lineage.repository import SCHEMA_VERSION, LineageRepository, UsageGrouping
+from kernelfoundry.lineage.repository import (
+    SCHEMA_VERSION,
+    LineageRepository,
+    UsageGrouping,
+    rank_best_kernels,
+)
 from kernelfoundry.lineage.retention import PURGED_MARKER, RetentionPolicy, cap_blob
 from kernelfoundry.lineage.sqlite_schema import STATEMENTS, column_time
 from kernelfoundry.lineage.tree import NodeRow, drive, root_node, walk
@@ -307,20 +312,18 @@ class SqliteLineageRepository(LineageRepository):
         self, *, task_name: str | None = None, hardware: str | None = None
     ) -> list[BestKernel]:
         where, values = _filters({"r.task_name": task_name, "e.hardware": hardware})
-        where = ("AND " + where.removeprefix("WHERE ")) if where else ""
-        sql = f"""
-            SELECT task_name, hardware, candidate_id, run_id, speedup, runtime_ms FROM (
-                SELECT r.task_name, e.hardware, e.candidate_id, e.run_id, e.speedup, e.runtime_ms,
-                       ROW_NUMBER() OVER (
-                           PARTITION BY r.task_name, e.hardware
-                           ORDER BY e.speedup DESC, e.runtime_ms IS NULL, e.runtime_ms, e.candidate_id
-                       ) AS place
-                FROM evaluations e JOIN runs r ON r.run_id = e.run_id
-                WHERE e.correct = 1 AND e.speedup IS NOT NULL {where}
-            ) WHERE place = 1 ORDER BY task_name, hardware"""
+        sql = (
+            "SELECT r.run_id, r.task_name, e.doc FROM evaluations e JOIN runs r ON r.run_id = e.run_id "
+            f"{where} ORDER BY e.evaluated_at, e.candidate_id"
+        )
 
         def query() -> list[BestKernel]:
-            return [BestKernel(*row) for row in self._db.execute(sql, values)]
+            task_of: dict[str, str] = {}
+            records: list[EvaluationRecord] = []
+            for run_id, task, doc in self._db.execute(sql, values):
+                task_of[run_id] = task
+                records.append(from_document(EvaluationRecord, from_json(doc)))
+            return rank_best_kernels(task_of, records)
 
         return await self._run(query)
 

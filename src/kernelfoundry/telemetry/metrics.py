@@ -141,7 +141,8 @@ EVALUATION_DURATION = MetricSpec(
 KERNEL_SPEEDUP = MetricSpec(
     "kf_kernel_speedup",
     "gauge",
-    "Best speedup over the PyTorch eager baseline found so far, per task and hardware.",
+    "Best run speedup over PyTorch eager so far, per task and hardware: each finished run's one figure "
+    "(pooled eager median over the re-timed best kernel, kernelfoundry.domain.speedup).",
     ("task", "hardware"),
 )
 RUNS_ACTIVE = MetricSpec("kf_runs_active", "gauge", "Evolution runs in progress.")
@@ -287,6 +288,9 @@ class Metrics:
 
     def record_speedup(self, task: str, hardware: str, speedup: float) -> float:
         """Raise the best-so-far speedup gauge for (task, hardware) if `speedup` beats it.
+
+        Fed with a finished run's reported figure (RunProgress.speedup), never with one evaluation's ratio:
+        a single noisy eager timing must not set the gauge.
 
         Returns the best speedup after the update. Non-finite or non-positive values are ignored: they
         come from failed timings, never from a faster kernel.
