@@ -2,7 +2,12 @@
 
 Wiring only: loads the task (kernelfoundry.tasks.loading), builds the source (kernelfoundry.toolchains)
 and evaluates the artifact in a crash-isolated child (kernelfoundry.evaluation). A compile error is a
-report with compiled=false, never an exception. Exit status: 0 when the kernel is correct, 1 otherwise.
+report with compiled=false, never an exception. Exit status: 0 when the kernel is correct, 1 otherwise,
+2 for a mistake in the arguments (printed as JSON with --json).
+
+A run's saved best kernel (`.kf/runs/<run>/best.cpp`) carries the -D values its build passed as #defines
+at its top; `best.manifest.json` beside it names the entry point and the glue file, and is applied here
+unless --entry-point or --glue say otherwise, so the unit built here is the unit the run measured.
 """
 
 from __future__ import annotations
@@ -10,17 +15,53 @@ from __future__ import annotations
 import json
 import platform
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from kernelfoundry.cli.output import CliError, fail
 from kernelfoundry.domain.kernel import DEFAULT_ENTRY_POINT, KernelSource
 from kernelfoundry.evaluation import EvaluationReport, EvaluationRequest, EvaluationSettings, evaluate_once
 from kernelfoundry.tasks.model import TaskError
 
 LANGUAGE_BY_SUFFIX = {".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".cu": "cuda"}
 BACKEND_BY_LANGUAGE = {"cpp": "cpu", "cuda": "cuda"}
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+@dataclass(frozen=True)
+class BuildManifest:
+    """What a run wrote beside its best kernel (services/evolver/runs.py build_manifest)."""
+
+    path: Path
+    entry_point: str
+    glue_path: Path | None
+    backend: str
+    defines: dict[str, str]
+
+
+def manifest_for(kernel_path: Path) -> BuildManifest | None:
+    """The build manifest beside a kernel source (`best.cpp` -> `best.manifest.json`), if there is one.
+
+    Raises CliError(bad_manifest) naming the file when it is there but unreadable.
+    """
+    path = kernel_path.with_name(kernel_path.stem + MANIFEST_SUFFIX)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        glue = str(data.get("glue_file") or "")
+        return BuildManifest(
+            path=path,
+            entry_point=str(data.get("entry_point") or DEFAULT_ENTRY_POINT),
+            glue_path=path.parent / Path(glue).name if glue else None,
+            backend=str(data.get("backend") or ""),
+            defines={str(k): str(v) for k, v in dict(data.get("defines") or {}).items()},
+        )
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise CliError("bad_manifest", f"{path} is not a readable build manifest: {exc}") from exc
 
 
 def default_arch(backend: str) -> str:
@@ -95,6 +136,31 @@ def summary(report: EvaluationReport) -> dict[str, Any]:
     }
 
 
+def executor_settings(
+    backend: str,
+    device: str | None,
+    timed_runs: int | None,
+    deadline: float | None,
+    torch_compile: bool | None,
+) -> EvaluationSettings:
+    """The settings an executor on this machine would use (KF_* variables), with the options applied on
+    top: a kernel evaluated here is timed the way a run timed it."""
+    from dataclasses import replace
+
+    from kernelfoundry.config import load_settings
+    from kernelfoundry.services.executor.main import evaluation_settings
+
+    base = evaluation_settings(load_settings(), device or ("cuda:0" if backend == "cuda" else "cpu"))
+    changes: dict[str, Any] = {}
+    if timed_runs is not None:
+        changes["timed_runs"] = timed_runs
+    if deadline is not None:
+        changes["deadline_s"] = deadline
+    if torch_compile is not None:
+        changes["measure_torch_compile"] = torch_compile
+    return replace(base, **changes)
+
+
 def _fmt(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{value:.4g}{unit}"
 
@@ -131,34 +197,55 @@ def evaluate(
     kernel_source: Annotated[Path, typer.Argument(help="Kernel source: .cpp (cpu) or .cu (cuda)")],
     backend: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
-    glue: Annotated[Path | None, typer.Option(help="Python glue defining ModelNew")] = None,
-    entry_point: Annotated[str, typer.Option(help="Entry point the unit exports")] = DEFAULT_ENTRY_POINT,
+    glue: Annotated[
+        Path | None, typer.Option(help="Python glue defining ModelNew (default: the manifest's, if any)")
+    ] = None,
+    entry_point: Annotated[
+        str | None, typer.Option(help=f"Entry point the unit exports (default: {DEFAULT_ENTRY_POINT})")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda:N (default: cpu / cuda:0)")] = None,
     arch: Annotated[str | None, typer.Option(help="Architecture token (default: this machine's)")] = None,
     timed_runs: Annotated[int | None, typer.Option(help="Timed runs (default: 100 cuda, 30 cpu)")] = None,
-    deadline: Annotated[float, typer.Option(help="Seconds before the evaluation is killed")] = 300.0,
+    deadline: Annotated[
+        float | None, typer.Option(help="Seconds before the evaluation is killed (default: the executor's)")
+    ] = None,
     torch_compile: Annotated[
         bool | None, typer.Option(help="Time torch.compile too (default: cuda only)")
     ] = None,
 ) -> None:
     """Build KERNEL_SOURCE and evaluate it against TASK: correctness, anti-cheat checks, timing."""
-    if backend not in BACKEND_BY_LANGUAGE.values():
-        raise typer.BadParameter(f"unknown backend {backend!r}: choose cpu or cuda")
-    settings = EvaluationSettings(
-        timed_runs=timed_runs, deadline_s=deadline, measure_torch_compile=torch_compile
-    )
+    try:
+        if backend not in BACKEND_BY_LANGUAGE.values():
+            raise CliError("bad_argument", f"--backend {backend}: choose cpu or cuda")
+        if not kernel_source.is_file():
+            raise CliError("not_found", f"no kernel source at {kernel_source}")
+        if glue is not None and not glue.is_file():
+            raise CliError("not_found", f"no glue file at {glue}")
+        if timed_runs is not None and timed_runs < 1:
+            raise CliError("bad_argument", f"--timed-runs {timed_runs}: at least 1 timed run")
+        if deadline is not None and deadline <= 0:
+            raise CliError("bad_argument", f"--deadline {deadline}: a positive number of seconds")
+        manifest = manifest_for(kernel_source)
+    except CliError as error:
+        raise fail(error, json_output) from None
+    if manifest is not None:
+        glue = glue if glue is not None else manifest.glue_path
+        entry_point = entry_point or manifest.entry_point
+    settings = executor_settings(backend, device, timed_runs, deadline, torch_compile)
     report = build_and_evaluate(
         task,
         kernel_source,
         backend,
         device=device,
         glue_path=glue,
-        entry_point=entry_point,
+        entry_point=entry_point or DEFAULT_ENTRY_POINT,
         arch=arch,
         settings=settings,
     )
     if json_output:
-        typer.echo(json.dumps(summary(report), indent=2))
+        document = summary(report)
+        document["manifest"] = str(manifest.path) if manifest is not None else None
+        typer.echo(json.dumps(document, indent=2))
     else:
         print_table(report)
     if not report.correct:

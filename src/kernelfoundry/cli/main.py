@@ -77,6 +77,9 @@ def up(
         )
         hardware = ", ".join(h.execute for h in stack.hardware or [])
         console.print(f"hardware: {hardware}; logs in {stack.state_dir / 'logs'}")
+        from kernelfoundry.cli.resumed import announce_resumed
+
+        announce_resumed(console, stack.store_grpc_address)
         while not stopping:
             dead = [s.name for s in stack.services.values() if not s.alive()]
             if dead:
@@ -93,10 +96,12 @@ def up(
 
 
 def _register_optional_commands() -> None:
+    from kernelfoundry.cli.cancel import cancel
     from kernelfoundry.cli.evaluate import evaluate
     from kernelfoundry.cli.run import run
 
     app.command("run")(run)
+    app.command("cancel")(cancel)
     app.command("evaluate")(evaluate)
     app.add_typer(__import__("kernelfoundry.cli.lineage", fromlist=["_"]).lineage_app, name="lineage")
 
