@@ -1,18 +1,23 @@
 """The public gRPC API (KernelFoundryService), served by the evolver.
 
-Validation happens before anything is created: a task that does not import, lacks Model/get_inputs, whose
-reference raises, or whose output cannot tell a kernel from a cheat, is answered with INVALID_ARGUMENT
-naming the problem, and no run, event or message exists for it.
+Validation happens before anything is created: the edge (kernelfoundry.api: the request contract, the
+configured limits, served hardware and generators, `admissions` below) runs before any handler; then a task
+that does not import, lacks Model/get_inputs, whose reference raises, or whose output cannot tell a kernel
+from a cheat, is answered with INVALID_ARGUMENT naming the problem, and no run, event or message exists
+for it. Run ids are made here (kernelfoundry.api.ids).
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import grpc
 
+from kernelfoundry.api.admission import SubmitRunAdmission, with_defaults
+from kernelfoundry.api.ids import new_run_id
+from kernelfoundry.api.limits import ApiLimits
+from kernelfoundry.api.serving import ServingProbe, work_consumer_subjects
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.codec import task_from_proto, task_to_proto
 from kernelfoundry.config import Settings
@@ -49,19 +54,13 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         return task
 
     async def SubmitRun(self, request, context):  # type: ignore[no-untyped-def]
-        config = run_pb2.RunConfig()
-        config.CopyFrom(request.config)
-        config.hardware = config.hardware or "cpu.x86_64"
-        config.generator = config.generator or self.settings.generator
-        config.population = config.population or 4
-        try:
-            task = await self._validated(request)
-            build_target = self.runs.build_target_for(config.hardware)
-        except TaskError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc.message}")
-            raise AssertionError("unreachable") from exc
+        # The edge (kernelfoundry.api) has checked the contract, the limits and what is served; a task that
+        # does not validate raises TaskError, which the edge answers INVALID_ARGUMENT. Nothing exists yet.
+        config = with_defaults(request.config, self.settings.generator)
+        task = await self._validated(request)
+        build_target = self.runs.build_target_for(config.hardware)
         config.iterations = config.iterations or task.budget.iterations
-        run_id = f"run-{uuid.uuid4().hex[:12]}"
+        run_id = new_run_id()
         out = self.runs.start_run(
             run_id, task, task_to_proto(task), config, build_target, reference_op_count(task.reference_source)
         )
@@ -114,3 +113,20 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no run {request.run_id!r}")
         await self.bus.publish_all(self.runs.cancel(request.run_id))
         return service_pb2.CancelRunResponse(progress=self.runs.progress(run))  # type: ignore[arg-type]
+
+
+def admissions(settings: Settings, bus: Bus, runs: RunCoordinator) -> dict[str, SubmitRunAdmission]:
+    """The evolver API's checks that need server state, by method, for the edge interceptor."""
+    probe = ServingProbe(
+        work_consumer_subjects(bus.js),
+        configured_hardware=frozenset(settings.served_hardware_list),
+        configured_generators=frozenset(settings.served_generators_list),
+    )
+    submit = SubmitRunAdmission(
+        ApiLimits.from_settings(settings),
+        probe,
+        settings.generator,
+        active_runs=lambda: sum(1 for run in runs.runs.values() if run.active),
+        build_target_for=runs.build_target_for,
+    )
+    return {"SubmitRun": submit}

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import grpc
-
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
-from kernelfoundry.service_host import GrpcEndpoint, ServiceParts, make_consumer, run_service
-from kernelfoundry.services.evolver.api import KernelFoundryApi
+from kernelfoundry.service_host import (
+    GrpcEndpoint,
+    ServiceParts,
+    make_consumer,
+    public_grpc_server,
+    run_service,
+)
+from kernelfoundry.services.evolver.api import KernelFoundryApi, admissions
 from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
 from kernelfoundry.services.evolver.resume import resume_runs
 from kernelfoundry.services.evolver.runs import RunCoordinator
@@ -35,7 +39,9 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         handler=EventHandler(runs, metrics),
         batch=16,
     )
-    server = grpc.aio.server()
+    server = public_grpc_server(
+        SERVICE, admissions(settings, bus, runs), max_receive_bytes=settings.api_max_request_bytes
+    )
     service_pb2_grpc.add_KernelFoundryServiceServicer_to_server(
         KernelFoundryApi(settings, bus, runs, metrics), server
     )

@@ -1,24 +1,26 @@
 """The lineage query API (LineageService), served by the store over gRPC.
 
-A thin adapter: each RPC calls one repository query and maps its records to messages. Unknown runs and
-candidates are NOT_FOUND; malformed requests are INVALID_ARGUMENT with the repository's reason.
+A thin adapter: each RPC calls one repository query and maps its records to messages. Every request has
+passed the edge (kernelfoundry.api: decoding, the declared contract, ImportRun's size) before it gets
+here. Unknown runs and candidates are NOT_FOUND; malformed requests and archives are INVALID_ARGUMENT with
+the repository's reason. Export and import work on bytes in memory: no request names a path here.
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from kernelfoundry.api.errors import api_error_of
+from kernelfoundry.api.limits import ApiLimits
 from kernelfoundry.domain.descriptors import Descriptors
 from kernelfoundry.lineage import records as rec
 from kernelfoundry.lineage.errors import LineageError
-from kernelfoundry.lineage.export import export_run, import_run
+from kernelfoundry.lineage.export import export_run_bytes, import_run_bytes
 from kernelfoundry.lineage.repository import LineageRepository
 from kernelfoundry.lineage.views import LineageNode
 from kernelfoundry.v1 import kernel_pb2, lineage_pb2, lineage_pb2_grpc, run_pb2
@@ -134,8 +136,9 @@ def _cell(cell: dict[str, Any]) -> run_pb2.ArchiveCell:
 
 
 class LineageApi(lineage_pb2_grpc.LineageServiceServicer):
-    def __init__(self, repository: LineageRepository) -> None:
+    def __init__(self, repository: LineageRepository, limits: ApiLimits | None = None) -> None:
         self.repository = repository
+        self.limits = limits or ApiLimits()
 
     async def _run_or_abort(self, run_id: str, context: Any) -> rec.RunRecord:
         run = await self.repository.get_run(run_id)
@@ -237,21 +240,22 @@ class LineageApi(lineage_pb2_grpc.LineageServiceServicer):
         )
 
     async def ExportRun(self, request, context):  # type: ignore[no-untyped-def]
+        # Built in memory: the run id (checked by the edge's contract) names the file the client saves,
+        # never a path here.
         await self._run_or_abort(request.run_id, context)
-        with tempfile.TemporaryDirectory(prefix="kf-export-") as tmp:
-            path = Path(tmp) / f"{request.run_id}.kfrun.tar.gz"
-            await export_run(self.repository, request.run_id, path)
-            return lineage_pb2.ExportRunResponse(archive=path.read_bytes(), file_name=path.name)
+        data, _counts = await export_run_bytes(self.repository, request.run_id)
+        return lineage_pb2.ExportRunResponse(archive=data, file_name=f"{request.run_id}.kfrun.tar.gz")
 
     async def ImportRun(self, request, context):  # type: ignore[no-untyped-def]
-        with tempfile.TemporaryDirectory(prefix="kf-import-") as tmp:
-            path = Path(tmp) / "run.kfrun.tar.gz"
-            path.write_bytes(request.archive)
-            try:
-                report = await import_run(self.repository, path)
-            except LineageError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                raise
+        try:
+            report = await import_run_bytes(
+                self.repository, request.archive, max_decompressed=self.limits.max_decompressed_bytes
+            )
+        except LineageError as exc:  # corrupt, invalid or too large an archive: its status, its reason
+            error = api_error_of(exc)
+            assert error is not None
+            await context.abort(error.code, str(error))
+            raise
         return lineage_pb2.ImportRunResponse(
             run_id=report.run_id,
             candidates=report.inserted.get("candidates", 0),

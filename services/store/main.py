@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import grpc
-
+from kernelfoundry.api.admission import ImportRunAdmission
+from kernelfoundry.api.limits import ApiLimits
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.lineage.connection import open_repository
-from kernelfoundry.service_host import GrpcEndpoint, ServiceParts, make_consumer, run_service
+from kernelfoundry.service_host import (
+    GrpcEndpoint,
+    ServiceParts,
+    make_consumer,
+    public_grpc_server,
+    run_service,
+)
 from kernelfoundry.services.store.api import LineageApi
 from kernelfoundry.services.store.handlers import StoreHandler
 from kernelfoundry.telemetry.metrics import Metrics
@@ -33,11 +39,15 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         handler=StoreHandler(repository, metrics),
         batch=64,
     )
-    limit = 256 * 1024 * 1024  # run archives travel whole through ExportRun/ImportRun
-    server = grpc.aio.server(
-        options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+    limits = ApiLimits.from_settings(settings)
+    # run archives travel whole through ExportRun/ImportRun: the request limit is the archive limit
+    server = public_grpc_server(
+        SERVICE,
+        {"ImportRun": ImportRunAdmission(limits)},
+        max_receive_bytes=limits.max_archive_bytes + 64 * 1024,
+        max_send_bytes=256 * 1024 * 1024,
     )
-    lineage_pb2_grpc.add_LineageServiceServicer_to_server(LineageApi(repository), server)
+    lineage_pb2_grpc.add_LineageServiceServicer_to_server(LineageApi(repository, limits), server)
     api = GrpcEndpoint(server, settings.store_grpc_address, "LineageService")
     return ServiceParts(consumers=[consumer], tasks=[api.run], closers=[api.close, repository.close])
 

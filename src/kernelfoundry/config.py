@@ -50,6 +50,40 @@ class Settings(BaseSettings):
         60.0, description="How long a starting evolver waits for the store to catch up"
     )
 
+    # The public gRPC API's limits (src/kernelfoundry/api): beyond them a request is refused, naming the limit
+    api_max_islands: int = Field(8, description="Most islands one run may ask for")
+    api_max_population: int = Field(64, description="Most candidates per generation one run may ask for")
+    api_max_iterations: int = Field(1000, description="Most iterations (generations) one run may ask for")
+    api_max_candidates_in_flight: int = Field(
+        256, description="Most candidates one run may have in flight at once (population x islands)"
+    )
+    api_max_active_runs: int = Field(64, description="Most runs the evolver keeps running at once")
+    api_max_request_bytes: int = Field(
+        8 * 1024 * 1024,
+        description="Largest request the evolver's API receives (gRPC max_receive_message_length)",
+    )
+    api_max_archive_bytes: int = Field(
+        64 * 1024 * 1024,
+        description="Largest run archive ImportRun accepts (and the store API's request size)",
+    )
+    api_max_decompressed_bytes: int = Field(
+        512 * 1024 * 1024, description="Most bytes one run archive may expand to when imported"
+    )
+    served_hardware: str = Field(
+        "",
+        description="Execution hardware served by configured pools (comma-separated), accepted at submission"
+        " even while no executor of it is connected (pools that scale to zero); the embedded stack sets it",
+    )
+    served_generators: str = Field(
+        "", description="Generators served by configured llm pools (comma-separated), besides KF_GENERATOR"
+    )
+    run_unserved_grace_s: float = Field(
+        120.0, description="A run whose generate/compile/execute subject no consumer serves fails after this"
+    )
+    run_stall_timeout_s: float = Field(
+        3600.0, description="A run that hears nothing of its candidates for this long fails (no_progress)"
+    )
+
     # Work
     compile_timeout_s: float = 120.0
     compile_concurrency: int = Field(
@@ -88,6 +122,14 @@ class Settings(BaseSettings):
     @property
     def hardware_list(self) -> list[str]:
         return [h.strip() for h in self.hardware.split(",") if h.strip()]
+
+    @property
+    def served_hardware_list(self) -> list[str]:
+        return [h.strip() for h in self.served_hardware.split(",") if h.strip()]
+
+    @property
+    def served_generators_list(self) -> list[str]:
+        return [g.strip() for g in [self.generator, *self.served_generators.split(",")] if g.strip()]
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -1,8 +1,9 @@
 """Hosting a service process: logging, metrics endpoint, bus connection, signals, consumer loops.
 
 Entry points call `run_service` with a function that wires handlers; nothing here knows any service's
-domain. SIGINT/SIGTERM stop the loops cleanly: a message being handled finishes (or is redelivered to a
-peer if the process is killed outright).
+domain. Public gRPC APIs are built by `public_grpc_server`, which puts every method behind the edge
+interceptor (kernelfoundry.api). SIGINT/SIGTERM stop the loops cleanly: a message being handled
+finishes (or is redelivered to a peer if the process is killed outright).
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
+import grpc.aio
+
+from kernelfoundry.api.interceptor import Admission, EdgeInterceptor
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, Handler
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.config import Settings
@@ -78,6 +83,22 @@ def make_consumer(
         concurrency=concurrency,
     )
     return Consumer(bus, spec, decode, handler, service=service, on_result=metrics_callback(metrics, service))
+
+
+def public_grpc_server(
+    service: str,
+    admissions: Mapping[str, Admission] | None = None,
+    *,
+    max_receive_bytes: int,
+    max_send_bytes: int | None = None,
+) -> Any:
+    """A gRPC server for a public API: every method behind the edge interceptor (decoding, the declared
+    contract, `admissions` by method name, status codes), and requests above `max_receive_bytes` refused
+    by gRPC itself with RESOURCE_EXHAUSTED before they are read."""
+    options = [("grpc.max_receive_message_length", max_receive_bytes)]
+    if max_send_bytes is not None:
+        options.append(("grpc.max_send_message_length", max_send_bytes))
+    return grpc.aio.server(interceptors=[EdgeInterceptor(service, admissions)], options=options)
 
 
 @dataclass

@@ -20,7 +20,8 @@ from typing import Any
 from kernelfoundry.domain.descriptors import Descriptors
 from kernelfoundry.lineage.errors import LineageError
 
-RUN_STATUSES = ("running", "finished", "failed", "cancelled")
+# stopped: imported unfinished from another deployment; never resumed on its own (see lineage/export.py)
+RUN_STATUSES = ("running", "finished", "failed", "cancelled", "stopped")
 
 
 def utc_ms(moment: datetime) -> datetime:

@@ -105,6 +105,8 @@ class Stack:
                 "KF_METRICS_PORT": "0",
                 # one machine: builds wait while the CPU executor times (kernelfoundry.stack.quiet_host)
                 "KF_TIMING_LOCK_DIR": str(self.state_dir / "locks"),
+                # the evolver accepts runs for the hardware this stack starts executors for, from the start
+                "KF_SERVED_HARDWARE": ",".join(t.execute for t in self.hardware or ()),
                 "PYTHONUNBUFFERED": "1",
             }
         )

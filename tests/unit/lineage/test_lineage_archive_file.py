@@ -62,10 +62,10 @@ async def test_an_archive_of_another_format_version_is_refused(tmp_path: Path) -
 
 async def test_an_archive_missing_a_member_writes_nothing(tmp_path: Path) -> None:
     source = await open_memory()
-    await source.save_run(RunRecord(run_id="r", task_name="t", created_at=AT))
-    await source.save_candidate(CandidateRecord(candidate_id="c", run_id="r", code="x", created_at=AT))
+    await source.save_run(RunRecord(run_id="run-r", task_name="t", hardware="cpu.x86_64", created_at=AT))
+    await source.save_candidate(CandidateRecord(candidate_id="c", run_id="run-r", code="x", created_at=AT))
     whole = tmp_path / "whole.tar.gz"
-    await export_run(source, "r", whole)
+    await export_run(source, "run-r", whole)
     with tarfile.open(whole) as tar:
         members = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers()}
     del members["kernels/c.cpp"]
@@ -77,28 +77,34 @@ async def test_an_archive_missing_a_member_writes_nothing(tmp_path: Path) -> Non
         await import_run(target, broken)
     assert caught.value.reason == "corrupt_archive"
     assert "kernels/c.cpp" in caught.value.message
-    assert await target.get_run("r") is None
+    assert await target.get_run("run-r") is None
     await source.close()
     await target.close()
 
 
-async def test_candidate_ids_unfit_for_file_names_round_trip(tmp_path: Path) -> None:
+async def test_candidate_ids_unfit_for_file_names_export_as_safe_names_and_import_refuses_them(
+    tmp_path: Path,
+) -> None:
     source = await open_memory()
-    await source.save_run(RunRecord(run_id="r", task_name="t", created_at=AT))
+    await source.save_run(RunRecord(run_id="run-r", task_name="t", hardware="cpu.x86_64", created_at=AT))
     odd = ["../../etc/passwd", "a/b", "a_b", ".hidden"]
     for i, cid in enumerate(odd):
         await source.save_candidate(
-            CandidateRecord(candidate_id=cid, run_id="r", code=f"// {i}", created_at=AT)
+            CandidateRecord(candidate_id=cid, run_id="run-r", code=f"// {i}", created_at=AT)
         )
     path = tmp_path / "r.tar.gz"
-    await export_run(source, "r", path)
+    await export_run(source, "run-r", path)
     with tarfile.open(path) as tar:
         kernel_files = [n for n in tar.getnames() if n.startswith("kernels/")]
     assert all(".." not in n and n.count("/") == 1 for n in kernel_files)
     assert len(set(kernel_files)) == len(odd)
 
     target = await open_memory()
-    await import_run(target, path)
-    assert await target.candidates_of_run("r") == await source.candidates_of_run("r")
+    with pytest.raises(LineageError) as caught:
+        await import_run(target, path)
+    assert caught.value.reason == "invalid_archive"
+    assert "is not a candidate id" in caught.value.message
+    assert await target.get_run("run-r") is None
+    assert await target.candidates_of_run("run-r") == []
     await source.close()
     await target.close()
