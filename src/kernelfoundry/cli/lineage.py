@@ -21,11 +21,15 @@ from typing import Annotated, Any, TypeVar
 import grpc
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
+from kernelfoundry.cli.output import CliError, fail, stdout_console
 from kernelfoundry.client import LineageClient
 from kernelfoundry.config import load_settings
+from kernelfoundry.domain.speedup import Measurement, run_speedup
 from kernelfoundry.v1 import lineage_pb2
 
 lineage_app = typer.Typer(
@@ -59,7 +63,10 @@ def _address(address: str | None) -> str:
     return address or load_settings().store_grpc_address
 
 
-def _fail(message: str, code: int) -> typer.Exit:
+def _fail(message: str, code: int, json_output: bool = False, reason: str = "lineage_error") -> typer.Exit:
+    """The message alone on stderr, or `{"error": {"reason", "message"}}` on stdout with --json."""
+    if json_output:
+        return fail(CliError(reason, message, code), json_output)
     Console(stderr=True, soft_wrap=True).print(message, markup=False, highlight=False)
     return typer.Exit(code)
 
@@ -70,6 +77,7 @@ def _call(
     *,
     not_found: str = "",
     rejected: str = "",
+    json_output: bool = False,
 ) -> T:
     """Run `work` against the API at `address`; map gRPC failures to a message and an exit code."""
 
@@ -89,19 +97,21 @@ def _call(
                 f"cannot reach the lineage API at {address} ({details}); is the store running? "
                 "Pass --address or set KF_STORE_GRPC_ADDRESS.",
                 2,
+                json_output,
+                "unreachable",
             ) from None
         if code == grpc.StatusCode.NOT_FOUND:
-            raise _fail(not_found or details, 1) from None
+            raise _fail(not_found or details, 1, json_output, "not_found") from None
         if code == grpc.StatusCode.INVALID_ARGUMENT:
-            raise _fail(f"{rejected}{details}", 2) from None
-        raise _fail(f"the lineage API at {address} failed ({code.name}): {details}", 2) from None
+            raise _fail(f"{rejected}{details}", 2, json_output, "invalid_argument") from None
+        raise _fail(f"the lineage API at {address} failed ({code.name}): {details}", 2, json_output) from None
 
 
 def _emit(json_output: bool, document: Document, render: Callable[[Console], None]) -> None:
     if json_output:
         typer.echo(json.dumps(document, indent=2, sort_keys=False))
     else:
-        render(Console())
+        render(stdout_console())
 
 
 # ---- messages to plain documents ----
@@ -145,11 +155,26 @@ def failure_document(failure: lineage_pb2.FailureCount) -> Document:
     return {"stage": failure.stage, "reason": failure.reason, "count": failure.count}
 
 
+def measurement(record: lineage_pb2.EvaluationRecord) -> Measurement:
+    """A stored evaluation as the one speedup definition reads it (kernelfoundry.domain.speedup)."""
+    details = _json_field(record.details_json)
+    spread = details.get("runtime_spread_ms") if isinstance(details, dict) else None
+    return Measurement(
+        candidate_id=record.candidate_id,
+        correct=record.correct,
+        runtime_ms=record.runtime_ms or None,
+        runtime_spread_ms=float(spread) if isinstance(spread, int | float) else None,
+        baseline_ms=record.baseline_ms or None,
+        compile_baseline_ms=record.compile_baseline_ms or None,
+    )
+
+
 def show_document(
     history: lineage_pb2.GetRunHistoryResponse, failures: Sequence[lineage_pb2.FailureCount]
 ) -> Document:
     correct = [e for e in history.evaluations if e.correct]
-    best = max(correct, key=lambda e: (e.speedup, -e.runtime_ms), default=None)
+    figure = run_speedup([measurement(e) for e in history.evaluations])
+    hardware = {e.candidate_id: e.hardware for e in history.evaluations}
     return {
         "run": run_document(history.run),
         "counts": {
@@ -162,12 +187,18 @@ def show_document(
         },
         "failures": [failure_document(f) for f in failures],
         "best": None
-        if best is None
+        if figure is None
         else {
-            "candidate_id": best.candidate_id,
-            "hardware": best.hardware,
-            "speedup": best.speedup,
-            "runtime_ms": best.runtime_ms,
+            "candidate_id": figure.candidate_id,
+            "hardware": hardware.get(figure.candidate_id, history.run.hardware),
+            "speedup": figure.speedup,
+            "runtime_ms": figure.kernel_ms,
+            "runtime_spread_ms": figure.kernel_spread_ms,
+            "eager_ms": figure.eager.median_ms,
+            "eager_spread_ms": figure.eager.spread_ms,
+            "eager_samples": figure.eager.samples,
+            "eager_outliers_ms": list(figure.eager.outliers_ms),
+            "retimed": figure.retimed,
         },
     }
 
@@ -197,11 +228,12 @@ def snapshots_document(run_id: str, snapshots: Sequence[lineage_pb2.ArchiveSnaps
 
 
 def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:
-    table = Table(title=title)
+    """Cells are plain text: a source's `[torch.randn(...)]` is shown, never read as rich markup."""
+    table = Table(title=Text(title))
     for column in columns:
-        table.add_column(column)
+        table.add_column(Text(column))
     for row in rows:
-        table.add_row(*("" if value is None else str(value) for value in row))
+        table.add_row(*(Text("" if value is None else str(value)) for value in row))
     return table
 
 
@@ -215,7 +247,8 @@ def _moment(iso: str | None) -> str:
 
 
 def _label(node: Document) -> str:
-    return f"{node['candidate_id']}  [dim]run {node['run_id']}, iteration {node['iteration']}[/dim]"
+    where = f"run {escape(node['run_id'])}, iteration {node['iteration']}"
+    return f"{escape(node['candidate_id'])}  [dim]{where}[/dim]"
 
 
 def _grow(
@@ -230,7 +263,7 @@ def _grow(
         if node is None:
             continue
         if node_id in seen:
-            branch.add(f"{node_id}  [dim](shown above)[/dim]")
+            branch.add(f"{escape(node_id)}  [dim](shown above)[/dim]")
             continue
         seen.add(node_id)
         _grow(branch.add(_label(node)), links(node), nodes, links, seen)
@@ -269,7 +302,11 @@ def runs(
 ) -> None:
     """List runs, newest first."""
     request = lineage_pb2.ListRunsRequest(status=status, task_name=task, limit=limit)
-    answer = _call(_address(address), lambda c: c.stub.ListRuns(request, timeout=QUERY_TIMEOUT_S))
+    answer = _call(
+        _address(address),
+        lambda c: c.stub.ListRuns(request, timeout=QUERY_TIMEOUT_S),
+        json_output=json_output,
+    )
     document = {"runs": [run_document(r) for r in answer.runs]}
 
     def render(console: Console) -> None:
@@ -304,7 +341,7 @@ def show(
         failures = await client.failure_summary(run_id, timeout_s=QUERY_TIMEOUT_S)
         return show_document(history, failures)
 
-    document = _call(_address(address), fetch, not_found=f"no run {run_id}")
+    document = _call(_address(address), fetch, not_found=f"no run {run_id}", json_output=json_output)
 
     def render(console: Console) -> None:
         run = document["run"]
@@ -312,7 +349,17 @@ def show(
         facts += [("created_at", _moment(run["created_at"])), ("finished_at", _moment(run["finished_at"]))]
         best = document["best"]
         if best is not None:
-            facts.append(("best", f"{best['candidate_id']} on {best['hardware']}: {_fmt(best['speedup'])}x"))
+            outliers = (
+                f", {len(best['eager_outliers_ms'])} eager outlier(s)" if best["eager_outliers_ms"] else ""
+            )
+            facts.append(
+                (
+                    "best",
+                    f"{best['candidate_id']} on {best['hardware']}: {_fmt(best['speedup'])}x "
+                    f"({_fmt(best['runtime_ms'], 4)} ms vs eager {_fmt(best['eager_ms'], 4)} ms, "
+                    f"median of {best['eager_samples']}{outliers})",
+                )
+            )
         console.print(_table(f"run {run['run_id']}", ("field", "value"), facts))
         console.print(_table("counts", ("what", "count"), document["counts"].items()))
         if document["failures"]:
@@ -334,6 +381,7 @@ def tree(
         _address(address),
         lambda c: c.lineage_tree(candidate_id, max_depth=max_depth, timeout_s=QUERY_TIMEOUT_S),
         not_found=f"no candidate {candidate_id}",
+        json_output=json_output,
     )
     document = {
         "root": node_document(answer.root),
@@ -354,6 +402,7 @@ def best(
     kernels = _call(
         _address(address),
         lambda c: c.best_kernels(task_name=task, hardware=hardware, timeout_s=QUERY_TIMEOUT_S),
+        json_output=json_output,
     )
     document = {
         "kernels": [
@@ -399,7 +448,7 @@ def snapshots(
         await client.get_run(run_id, timeout_s=QUERY_TIMEOUT_S)  # an unknown run is NOT_FOUND, not empty
         return await client.archive_snapshots(run_id, timeout_s=TRANSFER_TIMEOUT_S)
 
-    found = _call(_address(address), fetch, not_found=f"no run {run_id}")
+    found = _call(_address(address), fetch, not_found=f"no run {run_id}", json_output=json_output)
     document = snapshots_document(run_id, found)
 
     def render(console: Console) -> None:
@@ -432,7 +481,7 @@ def failures(
             await client.get_run(run, timeout_s=QUERY_TIMEOUT_S)
         return await client.failure_summary(run, timeout_s=QUERY_TIMEOUT_S)
 
-    found = _call(_address(address), fetch, not_found=f"no run {run}")
+    found = _call(_address(address), fetch, not_found=f"no run {run}", json_output=json_output)
     document = {"run_id": run or None, "failures": [failure_document(f) for f in found]}
 
     def render(console: Console) -> None:
@@ -457,7 +506,7 @@ def usage(
             await client.get_run(run, timeout_s=QUERY_TIMEOUT_S)
         return await client.usage_totals(run, group_by=group_by.value, timeout_s=QUERY_TIMEOUT_S)
 
-    found = _call(_address(address), fetch, not_found=f"no run {run}")
+    found = _call(_address(address), fetch, not_found=f"no run {run}", json_output=json_output)
     document = {
         "run_id": run or None,
         "group_by": group_by.value,
@@ -487,18 +536,26 @@ def usage(
 @lineage_app.command("export")
 def export(
     run_id: Annotated[str, typer.Argument(help="The run")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="File or folder to write (default: the server's file name here)"),
+    ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="File or folder to write (default: the server's file name here)"),
+        typer.Option("--output", "-o", help="The same as FILE"),
     ] = None,
     address: AddressOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Write a run (kernels, lineage, results) as one archive file that `import` reads back."""
+    if file is not None and output is not None and file != output:
+        raise _fail(f"two places to write: FILE {file} and --output {output}; give one", 2, json_output)
+    output = file if file is not None else output
     answer = _call(
         _address(address),
         lambda c: c.export_run(run_id, timeout_s=TRANSFER_TIMEOUT_S),
         not_found=f"no run {run_id}",
+        json_output=json_output,
     )
     # Only the base name of what the server suggests: it must not choose a folder on this machine.
     name = Path(answer.file_name).name or f"{run_id}.kfrun.tar.gz"
@@ -509,7 +566,10 @@ def export(
         target.write_bytes(answer.archive)
     except OSError as exc:
         raise _fail(
-            f"cannot write the archive of run {run_id} to {target}: {exc.strerror or exc}", 2
+            f"cannot write the archive of run {run_id} to {target}: {exc.strerror or exc}",
+            2,
+            json_output,
+            "cannot_write",
         ) from None
     document = {"run_id": run_id, "path": str(target), "bytes": len(answer.archive)}
     _emit(
@@ -533,6 +593,7 @@ def import_(
         _address(address),
         lambda c: c.import_run(data, timeout_s=TRANSFER_TIMEOUT_S),
         rejected=f"cannot import {archive}: ",
+        json_output=json_output,
     )
     document = {"run_id": answer.run_id, "candidates": answer.candidates, "evaluations": answer.evaluations}
     _emit(
