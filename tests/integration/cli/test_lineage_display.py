@@ -43,7 +43,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoreServer]:
         yield server
 
 
-def test_show_prints_square_brackets_and_long_lines_of_the_source_whole_when_piped(store: StoreServer) -> None:
+def test_show_prints_brackets_and_long_lines_of_the_source_whole_when_piped(store: StoreServer) -> None:
     result = kf("show", "run-s", "--address", store.address)
     assert result.exit_code == 0, result.output
     assert "return [torch.randn(4, 4)]" in result.stdout
