@@ -672,6 +672,13 @@ class RunCoordinator:
             return []
         return self._finish(run, run_pb2.RUN_STATUS_CANCELLED, "cancelled by the user")
 
+    def fail(self, run_id: str, message: str) -> list[Outgoing]:
+        """End a run that cannot make progress (kernelfoundry.services.evolver.liveness) with its reason."""
+        run = self.runs[run_id]
+        if not run.active:
+            return []
+        return self._finish(run, run_pb2.RUN_STATUS_FAILED, message)
+
     def _conclude(self, run: RunState, message: str) -> list[Outgoing]:
         """The search is over: fail without a correct kernel, else re-time the best, then complete."""
         if not run.best_id:
