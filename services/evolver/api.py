@@ -17,7 +17,7 @@ import grpc
 from kernelfoundry.api.admission import SubmitRunAdmission, with_defaults
 from kernelfoundry.api.ids import new_run_id
 from kernelfoundry.api.limits import ApiLimits
-from kernelfoundry.api.serving import ServingProbe, work_consumer_subjects
+from kernelfoundry.api.serving import ServingProbe
 from kernelfoundry.bus.jetstream import Bus
 from kernelfoundry.codec import task_from_proto, task_to_proto
 from kernelfoundry.config import Settings
@@ -115,13 +115,10 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         return service_pb2.CancelRunResponse(progress=self.runs.progress(run))  # type: ignore[arg-type]
 
 
-def admissions(settings: Settings, bus: Bus, runs: RunCoordinator) -> dict[str, SubmitRunAdmission]:
+def admissions(
+    settings: Settings, runs: RunCoordinator, probe: ServingProbe
+) -> dict[str, SubmitRunAdmission]:
     """The evolver API's checks that need server state, by method, for the edge interceptor."""
-    probe = ServingProbe(
-        work_consumer_subjects(bus.js),
-        configured_hardware=frozenset(settings.served_hardware_list),
-        configured_generators=frozenset(settings.served_generators_list),
-    )
     submit = SubmitRunAdmission(
         ApiLimits.from_settings(settings),
         probe,

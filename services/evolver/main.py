@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from kernelfoundry.api.serving import probe_for
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.events import decode_event
 from kernelfoundry.bus.jetstream import Bus
@@ -15,6 +18,7 @@ from kernelfoundry.service_host import (
 )
 from kernelfoundry.services.evolver.api import KernelFoundryApi, admissions
 from kernelfoundry.services.evolver.handlers import EVOLVER_EVENTS, EventHandler
+from kernelfoundry.services.evolver.liveness import LivenessWatch, watch_runs
 from kernelfoundry.services.evolver.resume import resume_runs
 from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.telemetry.metrics import Metrics
@@ -39,14 +43,24 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         handler=EventHandler(runs, metrics),
         batch=16,
     )
+    probe = probe_for(settings, bus.js)
     server = public_grpc_server(
-        SERVICE, admissions(settings, bus, runs), max_receive_bytes=settings.api_max_request_bytes
+        SERVICE, admissions(settings, runs, probe), max_receive_bytes=settings.api_max_request_bytes
     )
     service_pb2_grpc.add_KernelFoundryServiceServicer_to_server(
         KernelFoundryApi(settings, bus, runs, metrics), server
     )
     api = GrpcEndpoint(server, settings.grpc_address, "KernelFoundryService")
-    return ServiceParts(consumers=[consumer], tasks=[api.run], closers=[api.close])
+    watch = LivenessWatch(
+        settings.run_unserved_grace_s,
+        settings.run_stall_timeout_s,
+        configured_hardware=frozenset(settings.served_hardware_list),
+    )
+
+    async def liveness(stop: asyncio.Event) -> None:
+        await watch_runs(stop, runs, bus, probe, watch)
+
+    return ServiceParts(consumers=[consumer], tasks=[api.run, liveness], closers=[api.close])
 
 
 def main(settings: Settings) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from kernelfoundry.bus import subjects
+from kernelfoundry.config import Settings
 
 
 @dataclass(frozen=True)
@@ -92,3 +93,12 @@ def work_consumer_subjects(js: object, stream: str = subjects.WORK_STREAM) -> Su
         return found
 
     return list_subjects
+
+
+def probe_for(settings: Settings, js: object) -> ServingProbe:
+    """The probe of this deployment: its configured pools plus the work stream's consumers."""
+    return ServingProbe(
+        work_consumer_subjects(js),
+        configured_hardware=frozenset(settings.served_hardware_list),
+        configured_generators=frozenset(settings.served_generators_list),
+    )
