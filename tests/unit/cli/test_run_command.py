@@ -76,7 +76,7 @@ def test_a_server_rejection_keeps_its_reason_code() -> None:
 
 
 class FakeClient:
-    """Streams each of `streams` in turn, raising KeyboardInterrupt where an update is None (the user's Ctrl-C)."""
+    """Streams each of `streams` in turn; a None in a stream is the user pressing Ctrl-C."""
 
     def __init__(
         self, *streams: list[run_pb2.RunProgress | None], cancel_result: run_pb2.RunProgress
