@@ -29,8 +29,12 @@ SERVICE = "evolver"
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     runs = RunCoordinator(settings.state_dir, build_targets=settings.build_targets_map)
-    # Resume before consuming: events for a run must find it restored.
-    await bus.publish_all(await resume_runs(runs, bus, settings.store_grpc_address, settings.resume_wait_s))
+    probe = probe_for(settings, bus.js)
+    # Resume before consuming: events for a run must find it restored. Runs that cannot be resumed fail.
+    served = frozenset((await probe.served()).generators)
+    await bus.publish_all(
+        await resume_runs(runs, bus, settings.store_grpc_address, settings.resume_wait_s, served)
+    )
     consumer = make_consumer(
         settings,
         bus,
@@ -43,7 +47,6 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         handler=EventHandler(runs, metrics),
         batch=16,
     )
-    probe = probe_for(settings, bus.js)
     server = public_grpc_server(
         SERVICE, admissions(settings, runs, probe), max_receive_bytes=settings.api_max_request_bytes
     )

@@ -5,6 +5,10 @@ lineage of a running run is everything the evolver had seen. Each run's archive,
 prompt population and counters are rebuilt by replaying its candidates and their results, generation by
 generation, into a fresh engine. Work still in flight needs nothing: its messages are durable, request and
 candidate ids are deterministic, and every handler ignores what it has already seen.
+
+No stored state stops the evolver from starting: a run that cannot be resumed here (a malformed id or
+configuration, hardware without a build target, a generator nothing serves, a record that does not
+rebuild) is failed with its reason (a RunFinished the store records), and the others are resumed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable
 
 from google.protobuf.json_format import ParseDict
 
+from kernelfoundry.api.ids import is_run_id
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.jetstream import Bus, Outgoing
 from kernelfoundry.client import LineageClient
@@ -34,6 +39,7 @@ from kernelfoundry.services.evolver.runs import (
     source_digest,
 )
 from kernelfoundry.tasks.analysis import reference_op_count
+from kernelfoundry.tasks.model import TaskError
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.v1 import evaluation_pb2, lineage_pb2, run_pb2, task_pb2
 
@@ -207,23 +213,56 @@ def _restore_candidate(
         run.compiled += 1
 
 
-async def resume_runs(
-    coordinator: RunCoordinator, bus: Bus, store_address: str, wait_s: float = 60.0
-) -> list[Outgoing]:
-    """Restore every run the store lists as running; returns the messages that move them on."""
-    if not await wait_for_store(bus, wait_s):
-        log.warning("the store has not caught up with the event history; resuming from what it has")
-    client = LineageClient(store_address)
-    out: list[Outgoing] = []
+def unresumable_reason(
+    coordinator: RunCoordinator, record: lineage_pb2.RunRecord, generator_served: Callable[[str], bool]
+) -> str | None:
+    """Why a stored run cannot be resumed here (`reason: message`), or None when it can be tried."""
+    if not is_run_id(record.run_id):
+        return f"corrupt_record: {record.run_id[:64]!r} is not a run id"
     try:
-        if not await client.ready(wait_s):
-            log.warning("no lineage API answers; runs in progress cannot be resumed", address=store_address)
-            return []
-        for record in await client.list_runs(status="running"):
-            if record.run_id in coordinator.runs:
-                continue
-            history = await client.run_history(record.run_id)
+        config = json.loads(record.config_json or "{}")
+    except json.JSONDecodeError:
+        return "corrupt_record: the stored configuration is not JSON"
+    if not isinstance(config, dict):
+        return "corrupt_record: the stored configuration is not a JSON object"
+    hardware = config.get("hardware", "")
+    try:
+        coordinator.build_target_for(str(hardware))
+    except TaskError as exc:
+        return f"{exc.reason}: {exc.message}"
+    generator = str(config.get("generator", ""))
+    if not generator_served(generator):
+        return f"unserved_generator: no llm service or configured pool serves generator {generator!r}"
+    return None
+
+
+def failed_at_start(run_id: str, reason: str, now: float) -> Outgoing:
+    """The ending of a run that cannot be resumed: failed, with its reason, recorded by the store."""
+    progress = run_pb2.RunProgress(run_id=run_id, status=run_pb2.RUN_STATUS_FAILED, message=reason)
+    finished = run_pb2.RunFinished(
+        run_id=run_id, status=run_pb2.RUN_STATUS_FAILED, progress=progress, finished_at=now
+    )
+    return Outgoing(subjects.RUN_FINISHED, finished, f"finished-{run_id}")
+
+
+def resume_or_fail(
+    coordinator: RunCoordinator,
+    history: lineage_pb2.GetRunHistoryResponse,
+    generator_served: Callable[[str], bool],
+    now: float,
+) -> list[Outgoing]:
+    """Restore one stored running run and move it on; a run that cannot be restored is failed with its
+    reason instead, so that no stored state stops the evolver from starting."""
+    record = history.run
+    reason = unresumable_reason(coordinator, record, generator_served)
+    if reason is None:
+        try:
             run = restore_run(coordinator, history)
+            out = coordinator.continue_run(run)
+        except Exception as exc:  # a corrupt record of any kind: this run fails, the others go on
+            coordinator.runs.pop(record.run_id, None)
+            reason = f"corrupt_record: the stored run could not be rebuilt ({type(exc).__name__})"
+        else:
             log.info(
                 "run resumed",
                 run_id=run.run_id,
@@ -231,7 +270,40 @@ async def resume_runs(
                 candidates=len(run.candidates),
                 unresolved=run.unresolved(),
             )
-            out += coordinator.continue_run(run)
+            return out
+    log.warning("run cannot be resumed; failing it", run_id=record.run_id, reason=reason)
+    return [failed_at_start(record.run_id, reason, now)]
+
+
+async def resume_runs(
+    coordinator: RunCoordinator,
+    bus: Bus,
+    store_address: str,
+    wait_s: float = 60.0,
+    generators: frozenset[str] | None = None,
+) -> list[Outgoing]:
+    """Restore every run the store lists as running; returns the messages that move them on, and the
+    endings of the runs that cannot be resumed (`generators`: the names served here; None: any)."""
+    if not await wait_for_store(bus, wait_s):
+        log.warning("the store has not caught up with the event history; resuming from what it has")
+    client = LineageClient(store_address)
+    out: list[Outgoing] = []
+
+    def generator_served(name: str) -> bool:
+        return generators is None or name in generators
+
+    try:
+        if not await client.ready(wait_s):
+            log.warning("no lineage API answers; runs in progress cannot be resumed", address=store_address)
+            return []
+        for record in await client.list_runs(status="running"):
+            if record.run_id in coordinator.runs:
+                continue
+            if not is_run_id(record.run_id):  # never sent back to the store as a key
+                log.warning("a stored run id is not a run id; skipped", run_id=record.run_id[:64])
+                continue
+            history = await client.run_history(record.run_id)
+            out += resume_or_fail(coordinator, history, generator_served, time.time())
     finally:
         await client.close()
     return out
