@@ -19,6 +19,7 @@ Deterministic for a given request seed. Never compiles or evaluates.
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from kernelfoundry.domain.kernel import KernelSource
@@ -237,13 +238,20 @@ class HeuristicGenerator:
 
     name = NAME
 
+    # Captured graphs are kept per task text, which clients choose: a bounded, least-recently-used set.
+    MAX_GRAPHS = 32
+
     def __init__(self) -> None:
-        self._graphs: dict[tuple[str, str], Graph] = {}
+        self._graphs: OrderedDict[tuple[str, str], Graph] = OrderedDict()
 
     def graph(self, task: Task) -> Graph:
         key = (task.name, task.reference_source)
-        if key not in self._graphs:
+        if key in self._graphs:
+            self._graphs.move_to_end(key)
+        else:
             self._graphs[key] = capture(task)
+            while len(self._graphs) > self.MAX_GRAPHS:
+                self._graphs.popitem(last=False)
         return self._graphs[key]
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
