@@ -265,7 +265,7 @@ def check_archive(archive: RunArchive) -> RunArchive:
     run = archive.run
     run_id = run.run_id
     if not is_run_id(run_id):
-        raise _bad(f"run.json: run_id {run_id[:64]!r} is not a run id (run- and 1 to 32 of a-z, 0-9)")
+        raise _bad("run.json: run_id is not a run id (run- and 1 to 32 of a-z, 0-9)")
     if archive.manifest.get("run_id", run_id) != run_id:
         raise _bad("manifest.json names another run than run.json")
     if not _HARDWARE.fullmatch(run.hardware):
