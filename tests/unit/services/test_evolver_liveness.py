@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from kernelfoundry.api.serving import Served
-from kernelfoundry.services.evolver.liveness import LivenessWatch, RunView, unserved_step
+import asyncio
+from pathlib import Path
+
+from kernelfoundry.api.serving import Served, ServingProbe
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.jetstream import Outgoing
+from kernelfoundry.services.evolver.liveness import LivenessWatch, RunView, unserved_step, watch_runs
+from kernelfoundry.v1 import run_pb2
+
+from .test_evolver_runs import start
 
 SERVED = Served(
     hardware=frozenset({"cpu.x86_64"}),
@@ -75,3 +83,26 @@ def test_runs_that_ended_are_forgotten() -> None:
     watch.check(0, [view(hardware="cuda.h200")], SERVED)
     watch.check(10, [], SERVED)
     assert watch.check(70, [view(hardware="cuda.h200")], SERVED) == []
+
+
+def test_the_watch_loop_fails_an_unserved_run_and_publishes_its_ending(tmp_path: Path) -> None:
+    runs, _ = start(tmp_path)
+    stop = asyncio.Event()
+    published: list[Outgoing] = []
+
+    class FakeBus:
+        async def publish_all(self, out: list[Outgoing]) -> None:
+            published.extend(out)
+            stop.set()
+
+    async def nothing_consumes() -> list[str]:
+        return []
+
+    probe = ServingProbe(nothing_consumes)
+    watch = LivenessWatch(unserved_grace_s=0, stall_timeout_s=3600)
+    asyncio.run(watch_runs(stop, runs, FakeBus(), probe, watch, interval_s=0))  # type: ignore[arg-type]
+    [ending] = published
+    assert ending.subject == subjects.RUN_FINISHED
+    assert ending.message.status == run_pb2.RUN_STATUS_FAILED
+    assert ending.message.progress.message.startswith("unserved_generator: ")
+    assert not runs.runs["run-1"].active
