@@ -11,9 +11,16 @@ from kernelfoundry.codec import task_to_proto
 from kernelfoundry.tasks.model import Task
 from kernelfoundry.v1 import lineage_pb2, lineage_pb2_grpc, run_pb2, service_pb2, service_pb2_grpc
 
+REFUSALS = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
+
 
 class SubmissionRejected(ValueError):
-    """The server refused the task (INVALID_ARGUMENT); the message names the problem."""
+    """The server refused the submission (INVALID_ARGUMENT, FAILED_PRECONDITION: hardware or a generator
+    nothing serves, RESOURCE_EXHAUSTED: beyond a limit); the message names the problem."""
 
 
 class KernelFoundryClient:
@@ -34,7 +41,7 @@ class KernelFoundryClient:
         try:
             return self.stub.SubmitRun(request, timeout=timeout_s).run_id
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            if exc.code() in REFUSALS:
                 raise SubmissionRejected(exc.details()) from exc
             raise
 
