@@ -125,11 +125,14 @@ async def watch_runs(
             return
         except TimeoutError:
             pass
-        active = [RunView.of(run) for run in list(runs.runs.values()) if run.active]
-        verdicts = watch.check(clock(), active, await probe.served())
-        out: list[Outgoing] = []
-        for run_id, reason in verdicts:
-            log.warning("run cannot make progress; failing it", run_id=run_id, reason=reason)
-            out += runs.fail(run_id, reason)
-        if out:
-            await bus.publish_all(out)
+        try:
+            active = [RunView.of(run) for run in list(runs.runs.values()) if run.active]
+            verdicts = watch.check(clock(), active, await probe.served())
+            out: list[Outgoing] = []
+            for run_id, reason in verdicts:
+                log.warning("run cannot make progress; failing it", run_id=run_id, reason=reason)
+                out += runs.fail(run_id, reason)
+            if out:
+                await bus.publish_all(out)
+        except Exception:  # the bus is down for a moment: judge again at the next round, never stop
+            log.warning("liveness check skipped", exc_info=True)

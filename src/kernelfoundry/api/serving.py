@@ -13,6 +13,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+import grpc
+from nats.js.errors import NotFoundError
+
+from kernelfoundry.api.errors import ApiError
 from kernelfoundry.bus import subjects
 from kernelfoundry.config import Settings
 
@@ -82,8 +86,12 @@ def work_consumer_subjects(js: object, stream: str = subjects.WORK_STREAM) -> Su
     async def list_subjects() -> list[str]:
         try:
             consumers = await js.consumers_info(stream)  # type: ignore[attr-defined]
-        except Exception:  # the stream does not exist yet: nothing is served by a consumer
+        except NotFoundError:  # the stream does not exist yet: nothing is served by a consumer
             return []
+        except Exception as exc:  # the bus did not answer: not the client's mistake, and not "unserved"
+            raise ApiError(
+                grpc.StatusCode.UNAVAILABLE, "bus_unavailable", "the message bus did not answer; retry"
+            ) from exc
         found: list[str] = []
         for info in consumers:
             config = info.config
