@@ -1,4 +1,8 @@
-"""End to end as a user would: `kernelfoundry up` in one process, `kernelfoundry run` against it, Ctrl-C."""
+"""End to end as a user would: `kernelfoundry up` in one process, `kernelfoundry run` against it, Ctrl-C.
+
+One `up` serves every test of the module: a run whose saved best kernel `kernelfoundry evaluate` reproduces,
+a run cancelled with Ctrl-C, and at the end Ctrl-C on `up` itself, which must leave no process behind.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,10 +21,12 @@ import pytest
 from kernelfoundry.client import KernelFoundryClient
 from kernelfoundry.stack.supervisor import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "kernelfoundry"]
+TASK = str(ROOT / "tasks" / "level2_elementwise_chain.py")
+REPRODUCED_WITHIN = 0.15  # the issue's bar: same machine, same settings
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -26,12 +34,42 @@ def processes_mentioning(text: str) -> list[str]:
     return [line for line in out.splitlines() if text in line and "ps -eo" not in line]
 
 
-def test_run_against_up_prints_a_json_summary_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+@dataclass
+class Up:
+    state: Path
+    address: str
+    lineage_address: str
+    env: dict[str, str]
+
+    def lineage_runs(self) -> list[dict[str, object]]:
+        listed = subprocess.run(
+            [*CLI, "lineage", "runs", "--address", self.lineage_address, "--json"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        return json.loads(listed.stdout)["runs"]
+
+    def wait_for_status(self, run_id: str, status: str, timeout_s: float = 60.0) -> list[dict[str, object]]:
+        """Poll the lineage (the store writes asynchronously) until `run_id` has `status`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            records = self.lineage_runs()
+            if any(r.get("run_id") == run_id and r.get("status") == status for r in records):
+                return records
+            assert time.monotonic() < deadline, f"run {run_id} never reached {status}: {records}"
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    state = tmp_path_factory.mktemp("e2e") / "state"
     address = f"127.0.0.1:{free_port()}"
     lineage_address = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "KF_TIMED_RUNS": "10", "PYTHONUNBUFFERED": "1"}
-    up = subprocess.Popen(
+    process = subprocess.Popen(
         [
             *CLI,
             "up",
@@ -51,43 +89,74 @@ def test_run_against_up_prints_a_json_summary_and_ctrl_c_stops_everything(tmp_pa
         client = KernelFoundryClient(address)
         deadline = time.monotonic() + 120
         while not client.ready(1.0):
-            assert up.poll() is None, up.stdout.read() if up.stdout else "up exited"
+            assert process.poll() is None, process.stdout.read() if process.stdout else "up exited"
             assert time.monotonic() < deadline, "up never answered"
         client.close()
-        task = str(ROOT / "tasks" / "level2_elementwise_chain.py")
-        run = subprocess.run(
-            [*CLI, "run", task, "--iterations", "1", "--address", address, "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
-        summary = json.loads(run.stdout)
-        assert summary["status"] == "completed"
-        assert summary["best_speedup"] > 1.0
-        assert Path(summary["best_kernel_path"]).is_relative_to(state)
-        assert summary["archive_cells_filled"] == len(summary["archive"]) >= 1
-        deadline = time.monotonic() + 60
-        while True:  # the store writes the history asynchronously
-            listed = subprocess.run(
-                [*CLI, "lineage", "runs", "--address", lineage_address, "--json"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert listed.returncode == 0, listed.stderr[-2000:]
-            records = json.loads(listed.stdout)["runs"]
-            done = [
-                r for r in records if r.get("run_id") == summary["run_id"] and r.get("status") == "finished"
-            ]
-            if done or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert done, f"run {summary['run_id']} not finished in the lineage: {records}"
+        yield Up(state, address, lineage_address, env)
     finally:
-        up.send_signal(signal.SIGINT)
-        up.wait(60)
+        process.send_signal(signal.SIGINT)
+        process.wait(60)
     time.sleep(1.0)
     assert processes_mentioning(str(state)) == []
+
+
+def test_the_saved_best_kernel_reproduces_the_run_s_kernel_time(up: Up) -> None:
+    run = subprocess.run(
+        [*CLI, "run", TASK, "--iterations", "1", "--address", up.address, "--json"],
+        env=up.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout)
+    assert summary["status"] == "completed"
+    assert summary["best_speedup"] > 1.0
+    figure = summary["speedup"]
+    assert figure["retimed"] and figure["candidate_id"] == summary["best_candidate_id"]
+    assert summary["best_speedup"] == pytest.approx(figure["eager_ms"] / figure["kernel_ms"], rel=1e-3)
+    best = Path(summary["best_kernel_path"])
+    assert best.is_relative_to(up.state)
+    assert (best.parent / "best.manifest.json").is_file()
+    assert summary["archive_cells_filled"] == len(summary["archive"]) >= 1
+    up.wait_for_status(summary["run_id"], "finished")
+
+    evaluated = subprocess.run(
+        [*CLI, "evaluate", TASK, str(best), "--json"],
+        env=up.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert evaluated.returncode == 0, evaluated.stdout[-2000:] + evaluated.stderr[-2000:]
+    report = json.loads(evaluated.stdout)
+    assert report["correct"] and report["manifest"] == str(best.parent / "best.manifest.json")
+    assert report["runtime_ms"] == pytest.approx(figure["kernel_ms"], rel=REPRODUCED_WITHIN)
+
+
+def test_ctrl_c_cancels_the_run_and_exits_130(up: Up) -> None:
+    run = subprocess.Popen(
+        [*CLI, "run", TASK, "--iterations", "3", "--address", up.address],
+        env=up.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # wait until the run exists, then press Ctrl-C
+            running = [r for r in up.lineage_runs() if r.get("status") == "running"]
+            if running:
+                break
+            assert run.poll() is None, run.stderr.read() if run.stderr else "run exited"
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.5)
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, stderr[-2000:]
+    run_id = str(running[0]["run_id"])
+    assert f"cancelling run {run_id}" in stderr
+    up.wait_for_status(run_id, "cancelled")

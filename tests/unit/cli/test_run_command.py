@@ -203,3 +203,57 @@ def test_cancel_without_a_reachable_api_says_how_to_start_one_as_json() -> None:
     assert result.exit_code == 2
     error = json.loads(result.stdout)["error"]
     assert error["reason"] == "unreachable" and "kernelfoundry up" in error["message"]
+
+
+class FakeApi:
+    """Stands in for KernelFoundryClient inside `kernelfoundry run`: one run that ends as `final`."""
+
+    final: run_pb2.RunProgress
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def ready(self, timeout_s: float = 1.0) -> bool:
+        return True
+
+    def submit(self, task: object, config: run_pb2.RunConfig) -> str:
+        return "run-1"
+
+    def progress(self, run_id: str) -> Iterator[run_pb2.RunProgress]:
+        yield self.final
+
+    def get_run(self, run_id: str) -> run_pb2.RunProgress:
+        return self.final
+
+    def close(self) -> None:
+        pass
+
+
+def no_correct_kernel() -> run_pb2.RunProgress:
+    return run_pb2.RunProgress(
+        run_id="run-1",
+        status=run_pb2.RUN_STATUS_FAILED,
+        candidates_generated=3,
+        candidates_failed=3,
+        message="no correct kernel among 3 candidates (wrong_result x3); budget reached: iterations",
+    )
+
+
+def test_a_run_without_a_correct_kernel_exits_1_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FakeApi, "final", no_correct_kernel(), raising=False)
+    monkeypatch.setattr("kernelfoundry.cli.run.KernelFoundryClient", FakeApi)
+    result = CliRunner().invoke(app, ["run", TASK, "--iterations", "1"])
+    assert result.exit_code == 1
+    assert "no correct kernel among 3 candidates (wrong_result x3)" in result.stderr
+    with_json = CliRunner().invoke(app, ["run", TASK, "--iterations", "1", "--json"])
+    assert with_json.exit_code == 1
+    summary = json.loads(with_json.stdout)
+    assert summary["status"] == "failed" and "wrong_result x3" in summary["message"]
+
+
+def test_a_completed_run_exits_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FakeApi, "final", finished(), raising=False)
+    monkeypatch.setattr("kernelfoundry.cli.run.KernelFoundryClient", FakeApi)
+    result = CliRunner().invoke(app, ["run", TASK, "--iterations", "1"])
+    assert result.exit_code == 0, result.output
+    assert "speedup over PyTorch eager: 6.20x" in result.stdout
