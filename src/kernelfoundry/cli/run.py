@@ -275,9 +275,13 @@ def run(
             from kernelfoundry.stack.supervisor import Stack
 
             stack = Stack(state_dir=settings.state_dir)
-            with console.status("no KernelFoundry answers; starting the embedded stack..."):
-                stack.start()
             cleanup.callback(stack.stop)
+            try:
+                with console.status("no KernelFoundry answers; starting the embedded stack..."):
+                    stack.start()
+            except KeyboardInterrupt:
+                error = CliError("interrupted", "interrupted while the stack started", EXIT_INTERRUPTED)
+                raise fail(error, json_output) from None
             client.close()
             client = KernelFoundryClient(stack.grpc_address)
             cleanup.callback(client.close)
