@@ -25,7 +25,7 @@ from kernelfoundry.services.evolver.runs import RunCoordinator, RunState
 from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.loading import load_task_from_source
 from kernelfoundry.tasks.model import Task, TaskError
-from kernelfoundry.tasks.validation import validate_task
+from kernelfoundry.tasks.validation import device_for_hardware, validate_task
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import run_pb2, service_pb2, service_pb2_grpc
@@ -50,7 +50,10 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         task = task_from_proto(proto)
         if not proto.name:
             task = parsed
-        await asyncio.to_thread(validate_task, task)
+        # On the run's own device (its GPU when this machine has it), cached by task, shapes and device.
+        device = device_for_hardware(request.config.hardware or "cpu.x86_64")
+        cache = self.settings.state_dir / "validation-cache"
+        await asyncio.to_thread(validate_task, task, device=device, cache_dir=cache)
         return task
 
     async def SubmitRun(self, request, context):  # type: ignore[no-untyped-def]

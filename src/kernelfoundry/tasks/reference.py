@@ -52,33 +52,145 @@ class ReferenceInstance:
     init_inputs: list[Any]
 
 
+def build_model(module: types.ModuleType, shape: ShapeVariant, device: str = "cpu") -> tuple[Any, list[Any]]:
+    """`Model(*get_init_inputs())` on `device`, in eval mode, parameters drawn with seed 0.
+
+    Raises TaskError(bad_init_inputs) when get_init_inputs() returns something that is not a list of
+    arguments or Model rejects them, TaskError(reference_error) when Model itself fails.
+    """
+    import torch
+
+    get_init = module.__dict__.get("get_init_inputs", lambda: [])
+    torch.manual_seed(0)
+    try:
+        returned = get_init()
+    except Exception as exc:
+        raise TaskError(
+            "bad_init_inputs", f"shape `{shape.name}`: get_init_inputs() raised {type(exc).__name__}: {exc}"
+        ) from exc
+    init_inputs = _argument_list(returned, "get_init_inputs()", "bad_init_inputs", shape)
+    problem = _binding_problem(module.Model, init_inputs)
+    if problem:
+        raise TaskError(
+            "bad_init_inputs",
+            f"shape `{shape.name}`: Model{problem[0]} cannot take the {len(init_inputs)} argument(s) "
+            f"get_init_inputs() returned ({_describe(init_inputs)}): {problem[1]}",
+        )
+    try:
+        model = module.Model(*init_inputs)
+    except Exception as exc:
+        raise _reference_error(shape, "building Model", exc) from exc
+    try:
+        return model.to(device).eval(), init_inputs
+    except Exception as exc:
+        raise _reference_error(shape, f"moving Model to {device}", exc) from exc
+
+
+def draw_inputs(module: types.ModuleType, shape: ShapeVariant, seed: int, device: str = "cpu") -> list[Any]:
+    """One input set from `get_inputs()`, drawn with `seed` by factory calls running on `device`.
+
+    Inputs must be a list (or tuple) of tensors and Python numbers; anything else raises
+    TaskError(bad_inputs) naming the item, before forward() could fail on it with a puzzling message.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    try:
+        # Drawn on the device itself: an evaluation builds about ten input sets, and drawing a task
+        # sized for an H200 (hundreds of MB) on the host and copying it over took seconds each time.
+        with torch.device(device):
+            returned = module.get_inputs()
+    except Exception as exc:
+        raise TaskError(
+            "bad_inputs", f"shape `{shape.name}`: get_inputs() raised {type(exc).__name__}: {exc}"
+        ) from exc
+    drawn = _argument_list(returned, "get_inputs()", "bad_inputs", shape)
+    for index, item in enumerate(drawn):
+        if not isinstance(item, torch.Tensor | bool | int | float):
+            raise TaskError(
+                "bad_inputs",
+                f"shape `{shape.name}`: get_inputs() item {index} is a {type(item).__name__}; "
+                "inputs must be tensors or Python numbers (int, float, bool)",
+            )
+    try:
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in drawn]
+    except Exception as exc:
+        raise _reference_error(shape, f"moving the inputs to {device}", exc) from exc
+
+
 def instantiate(task: Task, shape: ShapeVariant, seed: int, device: str = "cpu") -> ReferenceInstance:
     """Build the model and one input set for `shape`, deterministically from `seed`.
 
     The model's parameters are drawn with seed 0 for every shape so that all input sets of a task see
     the same weights; inputs are drawn with `seed`, the task's factory calls (torch.randn ...) running on
-    `device`. Raises TaskError(reference_error) if user code fails.
+    `device`. Raises TaskError (bad_init_inputs, bad_inputs, reference_error) if user code fails.
     """
+    module = load_reference_module(task.reference_source, shape.overrides)
+    model, init_inputs = build_model(module, shape, device)
+    inputs = draw_inputs(module, shape, seed, device)
+    return ReferenceInstance(module=module, model=model, inputs=inputs, init_inputs=init_inputs)
+
+
+def forward_arity_problem(model: Any, inputs: list[Any]) -> str | None:
+    """Why `model(*inputs)` cannot bind (forward() wants other arguments than get_inputs() gives), or None."""
+    problem = _binding_problem(model.forward, inputs)
+    if problem is None:
+        return None
+    return (
+        f"forward{problem[0]} cannot take the {len(inputs)} input(s) get_inputs() returned "
+        f"({_describe(inputs)}): {problem[1]}"
+    )
+
+
+def _binding_problem(function: Any, arguments: list[Any]) -> tuple[str, str] | None:
+    """(signature, why) when `function(*arguments)` cannot bind; None when it can or cannot be told."""
+    import inspect
+
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*arguments)
+    except TypeError as exc:
+        return str(signature), str(exc)
+    return None
+
+
+def _argument_list(returned: Any, producer: str, reason: str, shape: ShapeVariant) -> list[Any]:
     import torch
 
-    module = load_reference_module(task.reference_source, shape.overrides)
-    get_init = module.__dict__.get("get_init_inputs", lambda: [])
-    try:
-        torch.manual_seed(0)
-        init_inputs = list(get_init())
-        model = module.Model(*init_inputs)
-        model = model.to(device).eval()
-        torch.manual_seed(seed)
-        # Drawn on the device itself: an evaluation builds about ten input sets, and drawing a task
-        # sized for an H200 (hundreds of MB) on the host and copying it over took seconds each time.
-        with torch.device(device):
-            drawn = module.get_inputs()
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in drawn]
-    except TaskError:
-        raise
-    except Exception as exc:
+    if isinstance(returned, torch.Tensor):
         raise TaskError(
-            "reference_error",
-            f"building the reference failed for shape `{shape.name}`: {type(exc).__name__}: {exc}",
-        ) from exc
-    return ReferenceInstance(module=module, model=model, inputs=inputs, init_inputs=init_inputs)
+            reason,
+            f"shape `{shape.name}`: {producer} returned a bare tensor of shape {list(returned.shape)}; "
+            "it must return a list of arguments, e.g. [x]",
+        )
+    if not isinstance(returned, list | tuple):
+        raise TaskError(
+            reason,
+            f"shape `{shape.name}`: {producer} returned a {type(returned).__name__}; "
+            "it must return a list of arguments",
+        )
+    return list(returned)
+
+
+def _describe(values: list[Any]) -> str:
+    import torch
+
+    parts = []
+    for value in values[:8]:
+        if isinstance(value, torch.Tensor):
+            parts.append(f"tensor {list(value.shape)}")
+        else:
+            parts.append(type(value).__name__)
+    if len(values) > 8:
+        parts.append(f"... {len(values) - 8} more")
+    return ", ".join(parts) or "nothing"
+
+
+def _reference_error(shape: ShapeVariant, step: str, exc: Exception) -> TaskError:
+    return TaskError(
+        "reference_error",
+        f"building the reference failed for shape `{shape.name}` ({step}): {type(exc).__name__}: {exc}",
+    )

@@ -1,10 +1,20 @@
 """The child side of task validation: runs the reference for every shape and judges its outputs.
 
-Run as `python -m kernelfoundry.tasks.validation_child RESULT_FILE DEVICE` with the
-pickled Task on stdin (the parent is trusted; nothing flows back as pickle). It executes user code,
-so it runs only in this child, under an address-space limit, dying with its parent. Progress and
-the verdict are JSON lines appended to RESULT_FILE (stdout/stderr belong to the user code).
-The degeneracy rules live here as plain functions so they can be tested without a child.
+Run as `python -m kernelfoundry.tasks.validation_child RESULT_FILE DEVICE MEMORY_LIMIT_BYTES` with the
+pickled Task on stdin (the parent is trusted; nothing flows back as pickle). It executes user code, so it
+runs only in this child, dying with its parent. Progress and the verdict are JSON lines appended to
+RESULT_FILE (stdout/stderr belong to the user code).
+
+DEVICE is the run's target: `cpu`, `cuda` or `cuda:N`. A CUDA target is validated on that GPU when this
+machine has one, else on the CPU (said in the summary's notes). For every shape:
+  1. the reference runs on the meta device: shapes, mistakes in get_inputs()/get_init_inputs(), and the
+     bytes it needs (kernelfoundry.tasks.memory), compared with what the device has free. Too large for the
+     run's own device: refused (`resource_limit`) with the sizes; too large for a stand-in CPU: only the
+     structure is validated. Room for a float64 reference beside it decides `reference_precision`;
+  2. the model is built once and forward() runs on two input sets on the device; the outputs' statistics
+     (on the device, chunked) pick each output's check (kernelfoundry.tasks.degeneracy) or refuse it;
+  3. forward() is timed a few times, for orientation.
+`validate_in_process` does the same in the calling process, for tests and benchmarks that walk many tasks.
 """
 
 from __future__ import annotations
@@ -19,62 +29,84 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelfoundry.tasks.model import ShapeVariant, Task, TaskError, Tolerance
-from kernelfoundry.tasks.reference import instantiate
+from kernelfoundry.tasks import memory
+from kernelfoundry.tasks.degeneracy import change_between, default_tolerance, output_check, output_stats
+from kernelfoundry.tasks.model import ShapeVariant, Task, TaskError
+from kernelfoundry.tasks.reference import (
+    build_model,
+    draw_inputs,
+    forward_arity_problem,
+    load_reference_module,
+)
+from kernelfoundry.tasks.summary import (
+    DEPTH_STRUCTURE,
+    DEPTH_VALUES,
+    OUTPUT_CHECK_INPUT_INDEPENDENT,
+    PRECISION_FLOAT32,
+    PRECISION_FLOAT64,
+)
 
 TIMED_RUNS = 5
 TIMING_BUDGET_S = 2.0
 SEEDS = (0, 1)  # two input sets: an output that ignores its inputs shows up as unchanged
-_HALF_TYPES = ("float16", "bfloat16")
+DEFAULT_MEMORY_LIMIT_BYTES = 16 << 30
+# The meta run stops at this many live bytes (a reference that allocates in an endless loop would
+# otherwise run until the deadline): far above any device, low enough to be reached in a second.
+META_CAP_BYTES = 1 << 42
 _MEMORY_ERRORS = ("can't allocate memory", "out of memory", "cannot allocate memory")
 
-
-def default_tolerance(dtype_name: str) -> Tolerance:
-    """KernelBench's policy: 1e-2 for half types, 1e-4 for other floats; exact for integers and bools."""
-    if dtype_name in _HALF_TYPES:
-        return Tolerance(atol=1e-2, rtol=1e-2)
-    if dtype_name.startswith(("float", "complex")):
-        return Tolerance(atol=1e-4, rtol=1e-4)
-    return Tolerance(atol=0.0, rtol=0.0)
+__all__ = ["default_tolerance", "validate_in_process", "validate_shape"]
 
 
-def degeneracy(label: str, first: Any, second: Any, inputs_changed: bool, tolerance: Tolerance) -> str | None:
-    """Why an output is useless for judging a kernel (a trivial kernel would pass), or None.
+@dataclass(frozen=True)
+class Placement:
+    """Where values are checked for a run that targets `requested`."""
 
-    `first`/`second` are the same output for two different input sets (torch tensors).
-    """
+    requested: str
+    device: str
+    is_target: bool  # False: a stand-in (the CPU for a CUDA run on a machine without a GPU)
+    note: str = ""
+
+
+def place(requested: str) -> Placement:
     import torch
 
-    a = first.detach().to("cpu", torch.float64)
-    b = second.detach().to("cpu", torch.float64)
-    if a.numel() == 0:
-        return f"{label} is empty"
-    if not bool(torch.isfinite(a).all()) or not bool(torch.isfinite(b).all()):
-        return f"{label} contains NaN or Inf"
-    largest = float(a.abs().max())
-    if largest <= tolerance.atol:
-        return (
-            f"{label} is (near) zero: max |value| = {largest:.3g} <= atol {tolerance.atol:g}, "
-            "so writing zeros passes"
+    if not requested.startswith("cuda"):
+        return Placement(requested, "cpu", True)
+    if torch.cuda.is_available():
+        index = requested.partition(":")[2] or "0"
+        if int(index) < torch.cuda.device_count():
+            return Placement(requested, f"cuda:{index}", True)
+        return Placement(
+            requested, "cuda:0", True, f"{requested} does not exist here; validated on cuda:0 instead"
         )
-    if a.numel() > 1:
-        spread = float(a.max() - a.min())
-        centre = float(a.mean())
-        if spread <= tolerance.atol + tolerance.rtol * abs(centre):
-            return (
-                f"{label} is (near) constant: every element is {centre:.6g} within {spread:.3g}, "
-                "so writing that constant passes"
-            )
-    if (
-        inputs_changed
-        and a.shape == b.shape
-        and torch.allclose(a, b, atol=tolerance.atol, rtol=tolerance.rtol)
-    ):
-        return f"{label} does not change when the inputs change (input seeds {SEEDS[0]} and {SEEDS[1]})"
-    return None
+    note = f"the run targets {requested} but this machine has no GPU: validated on the CPU"
+    return Placement(requested, "cpu", False, note)
+
+
+def _device_memory(device: str, limit_bytes: int) -> memory.DeviceMemory:
+    if device.startswith("cuda"):
+        return memory.gpu_memory(device)
+    return memory.host_memory(limit_bytes, _resident_bytes())
+
+
+def _resident_bytes() -> int:
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+    return 0
+
+
+def _info(value: Any) -> dict[str, Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch."), "scalar": False}
+    return {"shape": [], "dtype": type(value).__name__, "scalar": True}
 
 
 def _outputs(result: Any, shape: ShapeVariant) -> list[Any]:
@@ -96,25 +128,20 @@ def _outputs(result: Any, shape: ShapeVariant) -> list[Any]:
     return items
 
 
-def _info(value: Any) -> dict[str, Any]:
+def _forward(model: Any, inputs: list[Any], shape: ShapeVariant, seed: int, device: str) -> Any:
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch."), "scalar": False}
-    return {"shape": [], "dtype": type(value).__name__, "scalar": True}
-
-
-def _forward(instance: Any, shape: ShapeVariant, seed: int) -> Any:
-    import torch
-
+    problem = forward_arity_problem(model, inputs)
+    if problem:
+        raise TaskError("bad_inputs", f"shape `{shape.name}`: {problem}")
     try:
         with torch.no_grad():
-            return instance.model(*instance.inputs)
+            return model(*inputs)
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, MemoryError) or any(sign in str(exc).lower() for sign in _MEMORY_ERRORS):
             raise TaskError(
-                "resource_limit", f"shape `{shape.name}`: forward() ran out of memory: {text}"
+                "resource_limit", f"shape `{shape.name}`: forward() ran out of memory on {device}: {text}"
             ) from exc
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         raise TaskError(
@@ -136,7 +163,7 @@ def _same_inputs(first: list[Any], second: list[Any]) -> bool:
     return True
 
 
-def _median_runtime_ms(instance: Any, device: str) -> float:
+def _median_runtime_ms(model: Any, inputs: list[Any], device: str) -> float:
     import torch
 
     samples: list[float] = []
@@ -146,54 +173,179 @@ def _median_runtime_ms(instance: Any, device: str) -> float:
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            instance.model(*instance.inputs)
+            model(*inputs)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             samples.append((time.perf_counter() - start) * 1e3)
     return statistics.median(samples)
 
 
-def validate_shape(task: Task, shape: ShapeVariant, device: str, report: Any) -> dict[str, Any]:
-    runs = []
+@dataclass(frozen=True)
+class _Estimate:
+    meta: memory.MetaRun | None  # None: the meta device cannot run this reference
+    memory: dict[str, Any] | None  # the MemoryEstimate as a dict
+    precision: str
+    values_fit: bool  # False: only a stand-in device is here and the shape does not fit it
+
+
+def _meta_estimate(
+    task: Task, shape: ShapeVariant, placement: Placement, limit_bytes: int, report: Callable[[str], None]
+) -> _Estimate:
+    """What the shape needs against what the device has; TaskError(resource_limit) if the target lacks it."""
+    report(f"shape `{shape.name}`: estimating memory on the meta device")
+    free = _device_memory(placement.device, limit_bytes)
+    try:
+        meta = memory.run_on_meta(task, shape, cap_bytes=META_CAP_BYTES)
+    except TaskError:
+        raise
+    except memory.MetaOverflow as overflow:
+        raise TaskError(
+            "resource_limit",
+            f"shape `{shape.name}`: forward() holds more than {overflow} at once (counted on the meta "
+            f"device, before anything was allocated), but there are {memory.describe_free(free)}",
+        ) from overflow
+    except Exception:  # the meta device cannot run this reference; the real run decides
+        return _Estimate(None, None, PRECISION_FLOAT64, True)
+    footprint = meta.footprint
+    estimate = asdict(memory.estimate(footprint, free))
+    if footprint.need_bytes > free.available_bytes:
+        if placement.is_target:
+            raise TaskError(
+                "resource_limit",
+                f"shape `{shape.name}` needs {memory.describe_need(footprint)} on {placement.device}, "
+                f"but there are {memory.describe_free(free)}",
+            )
+        return _Estimate(meta, estimate, PRECISION_FLOAT32, False)
+    if footprint.need_bytes + footprint.wide_need_bytes <= free.available_bytes:
+        return _Estimate(meta, estimate, PRECISION_FLOAT64, True)
+    return _Estimate(meta, estimate, PRECISION_FLOAT32, True)
+
+
+def validate_shape(
+    task: Task,
+    shape: ShapeVariant,
+    placement: Placement,
+    report: Callable[[str], None],
+    limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+) -> dict[str, Any]:
+    """Validate one shape (see the module docstring); the ShapeSummary as a dict, or TaskError."""
+    import torch
+
+    estimated = _meta_estimate(task, shape, placement, limit_bytes, report)
+    if not estimated.values_fit and estimated.meta is not None:
+        return _structure_only(shape, estimated.meta, estimated)
+    estimate, precision = estimated.memory, estimated.precision
+    device = placement.device
+    report(f"shape `{shape.name}`: building the reference on {device}")
+    module = load_reference_module(task.reference_source, shape.overrides)
+    model, _ = build_model(module, shape, device)
+    runs = []  # (inputs, outputs) per seed
     for seed in SEEDS:
-        report(f"shape `{shape.name}`, seed {seed}: building the reference")
-        instance = instantiate(task, shape, seed, device)
-        report(f"shape `{shape.name}`, seed {seed}: running forward()")
-        outputs = _outputs(_forward(instance, shape, seed), shape)
-        runs.append((instance, outputs))
-    (first, first_out), (second, second_out) = runs
-    if len(first_out) != len(second_out):
+        report(f"shape `{shape.name}`, seed {seed}: running forward() on {device}")
+        inputs = draw_inputs(module, shape, seed, device)
+        runs.append((inputs, _outputs(_forward(model, inputs, shape, seed, device), shape)))
+    (inputs_first, first_outputs), (inputs_second, second_outputs) = runs
+    if len(first_outputs) != len(second_outputs):
         raise TaskError(
             "reference_error", f"shape `{shape.name}`: the number of outputs changes with the inputs"
         )
-    inputs_changed = not _same_inputs(first.inputs, second.inputs)
-    if not inputs_changed and any(hasattr(x, "shape") for x in first.inputs):
+    inputs_seen = [inputs_first, inputs_second]
+    inputs_changed = not _same_inputs(*inputs_seen)
+    if not inputs_changed and any(isinstance(x, torch.Tensor) for x in inputs_seen[0]):
         raise TaskError(
             "degenerate_output",
             f"shape `{shape.name}`: get_inputs() returns the same values for seeds {SEEDS[0]} and "
             f"{SEEDS[1]}; inputs must be random (torch.randn, torch.rand, torch.randint) so that a kernel "
             "cannot hard-code the answer",
         )
-    for index, (a, b) in enumerate(zip(first_out, second_out, strict=True)):
-        dtype = str(a.dtype).removeprefix("torch.")
-        tolerance = task.tolerance or default_tolerance(dtype)
-        label = f"shape `{shape.name}`: output {index} ({dtype} {list(a.shape)})"
-        problem = degeneracy(label, a, b, inputs_changed, tolerance)
-        if problem:
-            raise TaskError("degenerate_output", problem)
+    checks = []
+    for index, (first, second) in enumerate(zip(first_outputs, second_outputs, strict=True)):
+        label = f"shape `{shape.name}`: output {index} ({_dtype(first)} {list(first.shape)})"
+        tolerance = task.tolerance or default_tolerance(_dtype(first))
+        change = change_between(second, first, tolerance) if inputs_changed else None
+        check = output_check(label, output_stats(first), output_stats(second), change, tolerance)
+        checks.append(asdict(check))
     report(f"shape `{shape.name}`: timing forward()")
+    runtime = _median_runtime_ms(model, inputs_seen[-1], device)
+    summary = {
+        "name": shape.name,
+        "inputs": [_info(x) for x in inputs_seen[0]],
+        "outputs": [_info(x) for x in first_outputs],
+        "parameter_count": sum(p.numel() for p in model.parameters()),
+        "buffer_count": sum(b.numel() for b in model.buffers()),
+        "reference_runtime_ms": runtime,
+        "output_checks": checks,
+        "reference_precision": precision,
+        "memory": estimate,
+        "depth": DEPTH_VALUES,
+    }
+    del model, runs, inputs_seen, first_outputs, second_outputs
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return summary
+
+
+def _structure_only(shape: ShapeVariant, meta: memory.MetaRun, estimated: _Estimate) -> dict[str, Any]:
+    outputs = _outputs(meta.outputs, shape)
     return {
         "name": shape.name,
-        "inputs": [_info(x) for x in first.inputs],
-        "outputs": [_info(x) for x in first_out],
-        "parameter_count": sum(p.numel() for p in first.model.parameters()),
-        "buffer_count": sum(b.numel() for b in first.model.buffers()),
-        "reference_runtime_ms": _median_runtime_ms(first, device),
+        "inputs": [_info(x) for x in meta.inputs],
+        "outputs": [_info(x) for x in outputs],
+        "parameter_count": sum(p.numel() for p in meta.model.parameters()),
+        "buffer_count": sum(b.numel() for b in meta.model.buffers()),
+        "reference_runtime_ms": 0.0,
+        "output_checks": [],
+        "reference_precision": estimated.precision,
+        "memory": estimated.memory,
+        "depth": DEPTH_STRUCTURE,
+    }
+
+
+def _dtype(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def validate_in_process(
+    task: Task,
+    requested_device: str = "cpu",
+    report: Callable[[str], None] = lambda step: None,
+    limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+) -> dict[str, Any]:
+    """The TaskSummary (as a dict) of `task`, validated in this process; raises TaskError.
+
+    Executes the reference here: only for the child below and for tests or benchmarks of trusted tasks.
+    """
+    placement = place(requested_device)
+    shapes = [validate_shape(task, shape, placement, report, limit_bytes) for shape in task.shapes]
+    notes = [placement.note] if placement.note else []
+    for shape in shapes:
+        if shape["depth"] == DEPTH_STRUCTURE:
+            notes.append(
+                f"shape `{shape['name']}` does not fit {placement.device}: only its structure was validated "
+                "(meta device); its values are checked by the executor on the target"
+            )
+        notes.extend(
+            check["reason"]
+            for check in shape["output_checks"]
+            if check["policy"] == OUTPUT_CHECK_INPUT_INDEPENDENT
+        )
+        if shape["reference_precision"] == PRECISION_FLOAT32 and shape["depth"] == DEPTH_VALUES:
+            notes.append(
+                f"shape `{shape['name']}`: no room for a float64 reference on {placement.device}; "
+                "the reference runs in float32 with TF32 off"
+            )
+    return {
+        "task": task.name,
+        "device": placement.device,
+        "requested_device": requested_device,
+        "shapes": shapes,
+        "notes": notes,
     }
 
 
 def main(argv: list[str]) -> int:
     result_path, device = Path(argv[0]), argv[1]
+    limit_bytes = int(argv[2]) if len(argv) > 2 else DEFAULT_MEMORY_LIMIT_BYTES
     _die_with_parent()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     task: Task = pickle.load(sys.stdin.buffer)
@@ -205,14 +357,12 @@ def main(argv: list[str]) -> int:
             sink.flush()
 
         try:
-            shapes = []
-            for shape in task.shapes:
-                shapes.append(validate_shape(task, shape, device, lambda step: emit({"progress": step})))
-            emit({"summary": {"task": task.name, "device": device, "shapes": shapes}})
+            summary = validate_in_process(task, device, lambda step: emit({"progress": step}), limit_bytes)
+            emit({"summary": summary})
         except TaskError as exc:
             emit({"error": {"reason": exc.reason, "message": exc.message}})
         except MemoryError:
-            emit({"error": {"reason": "resource_limit", "message": "the reference ran out of memory"}})
+            emit({"error": {"reason": "resource_limit", "message": "the reference ran out of host memory"}})
     return 0
 
 

@@ -1,13 +1,14 @@
-"""Building a task's reference: deterministic parameters and inputs, inputs drawn on the target device."""
+"""Building a task's reference: deterministic parameters and inputs drawn on the device; mistakes named."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
-from kernelfoundry.tasks.model import ShapeVariant, Task
-from kernelfoundry.tasks.reference import instantiate
+from kernelfoundry.tasks.model import ShapeVariant, Task, TaskError
+from kernelfoundry.tasks.reference import forward_arity_problem, instantiate
 
 TASKS = Path(__file__).resolve().parents[3] / "tasks"
 
@@ -43,3 +44,61 @@ def test_inputs_are_drawn_by_factory_calls_on_the_device_not_copied_from_the_hos
         torch.randn = real_randn  # type: ignore[assignment]
     assert calls == [torch.device("meta")]
     assert ref.inputs[0].device.type == "meta"
+
+
+RELU = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x, k=1):
+        return torch.relu(x) * self.scale * k
+
+def get_inputs():
+    return INPUTS
+
+def get_init_inputs():
+    return INIT
+"""
+
+
+def relu_task(inputs: str, init: str = "[]") -> Task:
+    return Task("relu", RELU.replace("INPUTS", inputs).replace("INIT", init))
+
+
+@pytest.mark.parametrize(
+    ("inputs", "init", "reason", "words"),
+    [
+        ("torch.randn(256, 16)", "[]", "bad_inputs", "returned a bare tensor of shape [256, 16]"),
+        ("[torch.randn(4), 'fast']", "[]", "bad_inputs", "get_inputs() item 1 is a str"),
+        ("[torch.randn(4), None]", "[]", "bad_inputs", "get_inputs() item 1 is a NoneType"),
+        ("{'x': torch.randn(4)}", "[]", "bad_inputs", "get_inputs() returned a dict"),
+        ("1 / 0", "[]", "bad_inputs", "get_inputs() raised ZeroDivisionError"),
+        ("[torch.randn(4)]", "2.0", "bad_init_inputs", "get_init_inputs() returned a float"),
+        ("[torch.randn(4)]", "[1.0, 2.0]", "bad_init_inputs", "cannot take the 2 argument(s)"),
+        ("[torch.randn(4)]", "[torch.ones(2)]", "reference_error", "building Model"),
+    ],
+)
+def test_input_mistakes_are_named_as_such(inputs: str, init: str, reason: str, words: str) -> None:
+    if init == "[torch.ones(2)]":
+        # A Model that accepts its arguments but fails inside __init__ is the reference's own error.
+        task = Task("relu", relu_task(inputs, init).reference_source.replace("self.scale = scale", "1 / 0"))
+    else:
+        task = relu_task(inputs, init)
+    with pytest.raises(TaskError) as caught:
+        instantiate(task, task.shapes[0], seed=0)
+    assert caught.value.reason == reason
+    assert words in caught.value.message, caught.value.message
+
+
+def test_python_numbers_are_valid_inputs_and_forward_arity_is_checked_before_calling() -> None:
+    task = relu_task("[torch.randn(4), 3]")
+    ref = instantiate(task, task.shapes[0], seed=0)
+    assert ref.inputs[1] == 3
+    assert forward_arity_problem(ref.model, ref.inputs) is None
+    problem = forward_arity_problem(ref.model, [*ref.inputs, 1, 2])
+    assert problem is not None and "cannot take the 4 input(s)" in problem and "tensor [4], int" in problem

@@ -1,6 +1,8 @@
-"""Validating tasks: the reference runs in a child process; every rejection has its own reason.
+"""Validating tasks: the reference runs in a (sandboxed) child process; every rejection has its own reason.
 
-Each case starts one child (about two seconds: it imports torch); the fixtures are tiny.
+Each case starts one child (a few seconds: it imports torch); the fixtures are tiny. The rules the child
+applies are tested without a child in test_tasks_degeneracy.py, test_tasks_memory.py and
+test_tasks_reference.py.
 """
 
 from __future__ import annotations
@@ -10,18 +12,35 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from kernelfoundry.tasks.loading import load_task
 from kernelfoundry.tasks.model import Task, TaskError, Tolerance
-from kernelfoundry.tasks.summary import ShapeSummary, TaskSummary, TensorInfo
-from kernelfoundry.tasks.validation import _watch, validate_task
-from kernelfoundry.tasks.validation_child import default_tolerance, degeneracy
+from kernelfoundry.tasks.summary import (
+    OUTPUT_CHECK_INPUT_INDEPENDENT,
+    OUTPUT_CHECK_SCALE_AWARE,
+    OUTPUT_CHECK_TOLERANCE,
+    MemoryEstimate,
+    OutputCheck,
+    ShapeSummary,
+    TaskSummary,
+    TensorInfo,
+)
+from kernelfoundry.tasks.validation import (
+    MAX_RESULT_BYTES,
+    _records,
+    _watch,
+    cache_key,
+    device_for_hardware,
+    validate_task,
+)
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "tasks"
 INVALID = sorted((FIXTURES / "invalid").glob("*.py"))
+INPUT_INDEPENDENT = sorted((FIXTURES / "input_independent").glob("*.py"))
 HOG_MEMORY_LIMIT = 1 << 30  # resident bytes: above torch itself, reached by the memory hog within seconds
 REASONS = (
+    "bad_inputs",
+    "bad_init_inputs",
     "import_error",
     "reference_error",
     "timeout",
@@ -44,6 +63,9 @@ def test_valid_kernelbench_task_is_summarised():
     assert shape.outputs == (TensorInfo((4, 64), "float32"),)
     assert (shape.parameter_count, shape.buffer_count) == (0, 0)
     assert shape.reference_runtime_ms > 0
+    assert [check.policy for check in shape.output_checks] == [OUTPUT_CHECK_TOLERANCE]
+    assert shape.memory is not None and shape.memory.inputs_bytes == 4 * 64 * 4
+    assert shape.reference_precision == "float64" and shape.depth == "values"
 
 
 def test_every_shape_of_a_folder_task_is_run_with_its_overrides():
@@ -90,15 +112,18 @@ def test_a_daemon_forked_by_the_reference_does_not_stall_validation():
 
 # What each rejection message must say, by fixture.
 MESSAGE_WORDS = {
+    "bad_inputs_bare_tensor": "get_inputs() returned a bare tensor of shape [256, 16]",
+    "bad_inputs_not_a_tensor": "get_inputs() item 1 is a str",
+    "bad_inputs_forward_arity": "cannot take the 1 input(s) get_inputs() returned (tensor [16, 16])",
+    "bad_init_inputs_arity": "cannot take the 3 argument(s) get_init_inputs() returned (int, int, int)",
+    "bad_init_inputs_not_a_list": "get_init_inputs() returned a int",
     "import_error_missing_module": "kf_no_such_module",
     "reference_error_forward_raises": "RuntimeError",
     "reference_error_process_crashes": "SIGABRT",
     "timeout_forward_hangs": "did not finish within 10 s",
     "resource_limit_eats_memory": "memory",
+    "resource_limit_too_large_for_device": "needs 6144.00 GiB (inputs 2048.00 GiB",
     "no_tensor_output_returns_float": "returned float",
-    "degenerate_output_zero": "(near) zero",
-    "degenerate_output_constant": "(near) constant",
-    "degenerate_output_ignores_inputs": "does not change when the inputs change",
     "degenerate_output_fixed_inputs": "same values for seeds",
     "degenerate_output_nan": "NaN",
 }
@@ -125,39 +150,57 @@ def test_task_tolerance_reaches_the_child():
     # Outputs of order 1e-6 are "zero" under the default atol 1e-4, but not under the task's own.
     source = (FIXTURES / "kernelbench_relu.py").read_text().replace("torch.relu(x)", "torch.relu(x) * 1e-6")
     tight = Task(name="tiny", reference_source=source, tolerance=Tolerance(atol=1e-9, rtol=1e-6))
-    assert validate_task(tight, timeout_s=60).shapes[0].outputs[0].shape == (4, 64)
+    default = Task(name="tiny", reference_source=source)
+    assert validate_task(tight, timeout_s=60).shapes[0].output_checks[0].policy == OUTPUT_CHECK_TOLERANCE
+    assert validate_task(default, timeout_s=60).shapes[0].output_checks[0].policy == OUTPUT_CHECK_SCALE_AWARE
 
 
-def test_small_output_is_zero_under_the_default_tolerance_but_not_under_a_tighter_one():
-    first, second = torch.rand(4, 64) * 1e-6, torch.rand(4, 64) * 1e-6
-    assert "(near) zero" in degeneracy("out", first, second, True, default_tolerance("float32"))
-    assert degeneracy("out", first, second, True, Tolerance(atol=1e-9, rtol=1e-6)) is None
+@pytest.mark.parametrize("path", INPUT_INDEPENDENT, ids=lambda p: p.stem)
+def test_an_output_that_ignores_the_inputs_is_accepted_and_said_so(path):
+    summary = validate_task(load_task(path), timeout_s=60)
+    assert [check.policy for check in summary.shapes[0].output_checks] == [OUTPUT_CHECK_INPUT_INDEPENDENT]
+    assert any("does not depend on the inputs" in note for note in summary.notes)
 
 
-def test_half_precision_outputs_are_judged_with_the_looser_half_tolerance():
-    assert default_tolerance("bfloat16") == Tolerance(1e-2, 1e-2)
-    assert default_tolerance("float32") == Tolerance(1e-4, 1e-4)
-    assert default_tolerance("int64") == Tolerance(0.0, 0.0)
+def test_a_second_validation_of_the_same_task_comes_from_the_cache(tmp_path, monkeypatch):
+    task = load_task(FIXTURES / "kernelbench_relu.py")
+    first = validate_task(task, timeout_s=60, cache_dir=tmp_path)
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("the cached summary should have been used")
+
+    monkeypatch.setattr("kernelfoundry.tasks.validation._validate_in_child", no_child)
+    assert validate_task(task, timeout_s=60, cache_dir=tmp_path) == first
+    assert len(list(tmp_path.glob("*.json"))) == 1
 
 
-def test_a_single_element_output_is_not_called_constant():
-    assert (
-        degeneracy("out", torch.tensor([3.0]), torch.tensor([5.0]), True, default_tolerance("float32"))
-        is None
-    )
+def test_the_cache_key_changes_with_what_decides_the_outcome():
+    task = load_task(FIXTURES / "kernelbench_relu.py")
+    key = cache_key(task, "cpu")
+    assert cache_key(task, "cpu") == key
+    assert cache_key(task, "cuda") != key
+    assert cache_key(Task(task.name, task.reference_source + "\n# edited\n"), "cpu") != key
+    assert cache_key(Task(task.name, task.reference_source, tolerance=Tolerance(1e-3, 1e-3)), "cpu") != key
 
 
-def test_an_output_unchanged_by_new_inputs_is_degenerate_only_if_the_inputs_changed():
-    value = torch.randn(8, 8)
-    tolerance = default_tolerance("float32")
-    assert "does not change" in degeneracy("out", value, value.clone(), True, tolerance)
-    assert degeneracy("out", value, value.clone(), False, tolerance) is None
+def test_an_unreadable_cache_entry_is_validated_again(tmp_path):
+    task = load_task(FIXTURES / "kernelbench_relu.py")
+    (tmp_path / f"{cache_key(task, 'cpu')}.json").write_text("{not json")
+    assert validate_task(task, timeout_s=60, cache_dir=tmp_path).task == "kernelbench_relu"
 
 
-def test_integer_outputs_are_compared_exactly():
-    counts = torch.randint(0, 5, (32,))
-    assert degeneracy("out", counts, counts + 1, True, default_tolerance("int64")) is None
-    assert "(near) zero" in degeneracy("out", counts * 0, counts * 0, True, default_tolerance("int64"))
+def test_a_child_answer_over_the_size_limit_is_not_read(tmp_path):
+    result = tmp_path / "result.jsonl"
+    result.write_text('{"progress": "' + "x" * MAX_RESULT_BYTES + '"}\n')
+    assert _records(result) == ([], True)
+    result.write_text('{"progress": "a"}\nnot json\n{"summary": {}}\n')
+    assert _records(result) == ([{"progress": "a"}, {"summary": {}}], False)
+
+
+def test_the_run_hardware_names_the_device_validation_runs_on():
+    assert device_for_hardware("cuda.h200") == "cuda"
+    assert device_for_hardware("cuda") == "cuda"
+    assert device_for_hardware("cpu.x86_64") == "cpu"
 
 
 def test_summary_round_trips_through_its_json_form():
@@ -172,10 +215,35 @@ def test_summary_round_trips_through_its_json_form():
                 parameter_count=6,
                 buffer_count=1,
                 reference_runtime_ms=0.25,
+                output_checks=(OutputCheck("scale_aware", "tiny"),),
+                reference_precision="float32 (TF32 off)",
+                memory=MemoryEstimate("cuda:0", 1, 2, 3, 4, 5, 6, 7, 8),
+                depth="structure",
             ),
         ),
+        requested_device="cuda",
+        notes=("no GPU",),
     )
     assert TaskSummary.from_dict(summary.to_dict()) == summary
+
+
+def test_a_summary_recorded_before_the_policy_fields_still_reads():
+    old = {
+        "task": "t",
+        "device": "cpu",
+        "shapes": [
+            {
+                "name": "a",
+                "inputs": [{"shape": [2], "dtype": "float32", "scalar": False}],
+                "outputs": [{"shape": [2], "dtype": "float32", "scalar": False}],
+                "parameter_count": 0,
+                "buffer_count": 0,
+                "reference_runtime_ms": 1.0,
+            }
+        ],
+    }
+    shape = TaskSummary.from_dict(old).shapes[0]
+    assert (shape.output_checks, shape.memory, shape.depth) == ((), None, "values")
 
 
 def test_memory_watch_stops_a_child_whose_resident_size_passes_the_limit():
