@@ -29,6 +29,9 @@ class TrialHistory:
     # Per output of the current trial: eager itself is near-constant against the reference (then a
     # near-constant candidate is not degenerate, only as coarse as the dtype allows).
     eager_degenerate: list[bool] = field(default_factory=list)
+    # Twice the largest error eager itself made against the reference in any trial so far: the
+    # scale-aware comparison never asks a candidate to beat it.
+    error_floor: float = 0.0
 
 
 def check_trial(
@@ -72,7 +75,7 @@ def judge_values(
     history: TrialHistory, seed_index: int, i: int, out: Any, ref: Any, tolerance: Tolerance
 ) -> None:
     """Values of output `i`; a mismatch is classified from the most specific reason to `wrong_result`."""
-    result = comparison.compare(out, ref, tolerance)
+    result = comparison.compare(out, ref, tolerance, history.error_floor)
     history.max_abs_error = max(history.max_abs_error, result.max_abs_error)
     history.max_rel_error = max(history.max_rel_error, result.max_rel_error)
     eager_flat = i < len(history.eager_degenerate) and history.eager_degenerate[i]
@@ -90,7 +93,7 @@ def judge_values(
         previous is not None
         and i < len(previous)
         and previous[i].shape == ref.shape
-        and comparison.compare(out, previous[i], tolerance).ok
+        and comparison.compare(out, previous[i], tolerance, history.error_floor).ok
     ):
         raise EvaluationFailure(
             reasons.STALE_OUTPUT,

@@ -1,11 +1,14 @@
-"""The evaluation itself, in the process that owns the device: correctness trials, anti-cheat checks,
-timing of the candidate and of the eager / torch.compile baselines.
+"""The judge's evaluation of one request: the trusted side of the sealed evaluation.
 
-`run_evaluation(request)` never raises: every failure becomes a report with a reason code. It runs
-untrusted native code in-process, so it must only be called in a disposable process (the worker's
-child, see worker.py); a segfault or a hang is handled there, not here. Order of checks for each trial:
-call -> (CUDA) stream snapshot vs device-synchronised output -> shape/dtype -> inputs unchanged ->
-every element written -> values. See docs/evaluation.md for the reasoning behind each check.
+Runs in the judge process (judge.py). It builds inputs, computes the higher-precision reference, the
+eager and torch.compile baselines, the comparisons and the verdict; it never loads a unit or executes
+glue. The candidate runs in a fresh runner process (runner.py) that the judge commands over a channel
+and observes from outside (runner_client.py): inputs live in judge-owned shared memory (mapped
+read-only by the runner on the CPU, staged and copied on a GPU), outputs are poisoned by the judge (CPU)
+before every call and read by the judge after the reply. Timed calls are verified on an unpredictable
+schedule (verification.py) and the runner's claimed times are checked against the judge's clock.
+`run_evaluation(request, runners)` never raises: every failure becomes a report with a reason code.
+See docs/evaluation.md for the order of the checks and what each can and cannot see.
 """
 
 from __future__ import annotations
@@ -14,50 +17,33 @@ import contextlib
 import copy
 import math
 import os
-import platform
+import secrets
+import statistics
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from kernelfoundry.evaluation import comparison, reasons
+from kernelfoundry.evaluation import comparison, observation, reasons, verification
+from kernelfoundry.evaluation.backends import Backend, backend_for_device
 from kernelfoundry.evaluation.correctness import TrialHistory, check_trial
 from kernelfoundry.evaluation.glue_checks import check_glue
-from kernelfoundry.evaluation.glue_runtime import KernelLauncher, build_model_new, load_glue
-from kernelfoundry.evaluation.reasons import EvaluationFailure
+from kernelfoundry.evaluation.reasons import EvaluationFailure, classify_exception
 from kernelfoundry.evaluation.report import EvaluationReport, ShapeReport
+from kernelfoundry.evaluation.runner_client import RunnerProcess
 from kernelfoundry.evaluation.settings import EvaluationRequest
-from kernelfoundry.evaluation.timing import CpuTimer, CudaTimer
-from kernelfoundry.evaluation.unit import CompiledUnit, DescriptorArray, as_tensors
+from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec, dtype_name, layout
 from kernelfoundry.stack.quiet_host import QuietHost
 from kernelfoundry.tasks.model import ShapeVariant, TaskError, Tolerance
 from kernelfoundry.tasks.reference import instantiate
 
-TIMING_SEED_BASE = 10_000
-CACHE_PROBE_SEED = 99_991
-STREAM_PROBE_SEED = 99_989
-TRIAL_SEED_BASE = 1
+NULL_CALLS = 10
+SEED_RANGE = 1 << 31
 
 
-@dataclass
-class ShapeState:
-    """Everything built once per shape variant."""
-
-    index: int
-    shape: ShapeVariant
-    model: Any
-    init_inputs: list[Any]
-    reference: Any  # the model in the high-precision dtype
-    candidate: Any | None  # ModelNew instance, when the kernel has glue
-    history: TrialHistory
-
-
-def cpu_name() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+def random_seed() -> int:
+    """Seeds the runner cannot predict (its author may know the task, never these)."""
+    return secrets.randbelow(SEED_RANGE)
 
 
 def as_list(value: Any, what: str) -> list[Any]:
@@ -70,40 +56,74 @@ def as_list(value: Any, what: str) -> list[Any]:
     raise EvaluationFailure(reasons.WRONG_SHAPE, f"{what} returned {type(value).__name__}, not tensors")
 
 
-def classify_exception(exc: BaseException, where: str) -> EvaluationFailure:
-    """A device error's text picks its reason; anything else raised by candidate code is a glue error."""
-    if isinstance(exc, EvaluationFailure):
-        return exc
-    text = f"{type(exc).__name__}: {exc}"
-    lowered = text.lower()
-    if "illegal memory access" in lowered or "illegal address" in lowered or "misaligned address" in lowered:
-        return EvaluationFailure(reasons.ILLEGAL_ADDRESS, f"{where}: {text}")
-    if "cuda error" in lowered or "acceleratorerror" in lowered or "cudaerror" in lowered:
-        return EvaluationFailure(reasons.DEVICE_ERROR, f"{where}: {text}")
-    return EvaluationFailure(reasons.GLUE_ERROR, f"{where} raised {text}")
+def _is_float(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _json_scalar(value: Any, what: str) -> Any:
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_json_scalar(v, what) for v in value]
+    raise EvaluationFailure(
+        reasons.KERNEL_ERROR, f"{what} of type {type(value).__name__} cannot be sent to the runner"
+    )
+
+
+@dataclass
+class InputSet:
+    """One input set: judge-owned memory the runner sees, and the values the judge computes on."""
+
+    arena: Arena
+    specs: list[TensorSpec]  # where the set's tensors lie in the arena, in input order
+    host: list[Any]  # tensors viewing the arena; Python scalars as get_inputs() gave them
+    values: list[Any]  # what reference and eager use: the host views (CPU) or device tensors (GPU)
+    seed: int
+    reference: list[Any] | None = None  # cached for the current values
+    previous_reference: list[Any] | None = None  # the answer for the values before the last refresh
+    refreshed_since_check: bool = False
+
+
+@dataclass
+class ShapeState:
+    """Everything built once per shape variant."""
+
+    index: int
+    shape: ShapeVariant
+    model: Any
+    reference_model: Any
+    history: TrialHistory
+    sets: list[InputSet] = field(default_factory=list)
+    trial_sets: int = 0
+    expected: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # outputs: dtype, shape
+    outputs: list[Any] = field(default_factory=list)  # judge views of the output arena
+    arenas: list[Arena] = field(default_factory=list)
 
 
 class Evaluation:
-    """One request, evaluated step by step in this process."""
+    """One request, judged step by step; the candidate runs in `runner`."""
 
-    def __init__(self, request: EvaluationRequest) -> None:
+    def __init__(self, request: EvaluationRequest, runner_factory: Callable[[], RunnerProcess]) -> None:
         import torch
 
         self.torch = torch
         self.request = request
         self.task = request.task
         self.settings = request.settings
-        self.device = request.device
-        self.is_cuda = request.backend == "cuda"
-        self.stream: Any = None
-        self.unit: CompiledUnit | None = None
-        self.launcher: KernelLauncher | None = None
-        self.model_new_cls: type | None = None
+        self.backend: Backend = backend_for_device(request.device)
+        self.staged = self.backend.memory == "staged"
+        self.device = self.backend.judge_device(request.device, self.settings.flush_cache)
+        self.runner_factory = runner_factory
+        self.runner: RunnerProcess | None = None
+        self.deadline = 0.0
         self.failed_trial: dict[str, Any] | None = None
         self.tolerance: Tolerance | None = None
         self.tolerance_source = ""
         self.precision = ""
         self.reference_dtype = ""
+        self.launches = 0
         self.notes: list[str] = []
         self.counters = {
             "trials": 0,
@@ -111,6 +131,8 @@ class Evaluation:
             "warmup_runs": 0,
             "input_sets": 0,
             "kernel_launches": 0,
+            "checked_timed_runs": 0,
+            "refreshed_timed_runs": 0,
         }
 
     # ---- setup -------------------------------------------------------------------------------------
@@ -119,73 +141,138 @@ class Evaluation:
             return self.settings.cpu_threads
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
-    def _setup(self) -> None:
-        torch = self.torch
-        threads = self._threads()
-        torch.set_num_threads(threads)
-        if self.is_cuda:
-            if not torch.cuda.is_available():
-                raise EvaluationFailure(
-                    reasons.BAD_REQUEST, f"device {self.device} requested but CUDA is absent"
-                )
-            torch.cuda.set_device(torch.device(self.device))
-            self.stream = torch.cuda.Stream(device=torch.device(self.device))
-        self.unit = CompiledUnit(self.request.artifact)
-        self.unit.set_threads(threads)
-        if self.request.kernel.glue.strip():
-            self.launcher = KernelLauncher(self.unit, self._stream_handle, comparison.poison_)
-            self.model_new_cls = load_glue(self.request.kernel.glue, self.launcher)
-        else:
-            self.unit.entry(self.request.kernel.entry_point)
-
-    def _stream_handle(self) -> int | None:
-        return int(self.torch.cuda.current_stream().cuda_stream) if self.is_cuda else None
-
-    @contextlib.contextmanager
-    def _on_stream(self) -> Iterator[None]:
-        if self.is_cuda:
-            with self.torch.cuda.stream(self.stream):
-                yield
-        else:
-            yield
-
-    def _sync(self) -> None:
-        if self.is_cuda:
-            self.torch.cuda.synchronize()
-
     def _instantiate(self, shape: ShapeVariant, seed: int) -> Any:
         try:
-            return instantiate(self.task, shape, seed, self.device)
+            return instantiate(self.task, shape, seed, self.request.device)
         except TaskError as exc:
             raise EvaluationFailure(reasons.REFERENCE_ERROR, str(exc)) from exc
 
-    def _shape_state(self, index: int, shape: ShapeVariant, instance: Any) -> ShapeState:
-        torch = self.torch
-        reference = copy.deepcopy(instance.model).to(torch.float64)
-        candidate = None
-        if self.model_new_cls is not None:
-            candidate = build_model_new(self.model_new_cls, instance.init_inputs, instance.model, self.device)
-        history = TrialHistory(index, shape.name)
-        return ShapeState(index, shape, instance.model, instance.init_inputs, reference, candidate, history)
+    def _start_runner(self) -> RunnerProcess:
+        runner = self.runner_factory()
+        self.runner = runner
+        runner.wait_ready()
+        runner.begin_candidate(observation.children(os.getpid()) - {runner.pid})
+        self.deadline = time.monotonic() + self.settings.deadline_s
+        with open(self.request.artifact, "rb") as artifact:
+            self._ask(
+                "load",
+                "loaded",
+                fds=(artifact.fileno(),),
+                entry_point=self.request.kernel.entry_point,
+                glue=self.request.kernel.glue,
+                threads=self._threads(),
+                artifact_name=self.request.artifact.name,
+            )
+        return runner
 
-    # ---- calls -------------------------------------------------------------------------------------
+    def _ask(self, op: str, expected: str, fds: tuple[int, ...] = (), **fields: Any) -> tuple[Any, int]:
+        assert self.runner is not None
+        return self.runner.request(op, expected, self.deadline, fds, **fields)
+
+    # ---- buffers -----------------------------------------------------------------------------------
+    def _new_set(self, inputs: list[Any], seed: int) -> InputSet:
+        torch = self.torch
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        specs, size = layout([(dtype_name(t.dtype), tuple(t.shape)) for t in tensors])
+        arena = Arena.create(size, "kf-inputs")
+        views = iter([arena.tensor(s) for s in specs])
+        host = [next(views) if isinstance(x, torch.Tensor) else x for x in inputs]
+        for view, value in zip(host, inputs, strict=True):
+            if isinstance(value, torch.Tensor):
+                view.copy_(value)
+        values = list(inputs) if self.staged else host
+        return InputSet(arena, specs, host, values, seed)
+
+    def _set_message(self, input_set: InputSet) -> list[dict[str, Any]]:
+        torch = self.torch
+        items: list[dict[str, Any]] = []
+        offset_specs = iter(input_set.specs)
+        for value in input_set.host:
+            if isinstance(value, torch.Tensor):
+                items.append({"tensor": next(offset_specs).to_json()})
+            else:
+                items.append({"scalar": _json_scalar(value, "an input")})
+        return items
+
+    def _refresh(self, state: ShapeState, input_set: InputSet) -> None:
+        """Fresh values, written in place into the set the runner already knows."""
+        torch = self.torch
+        input_set.previous_reference = self._reference_for(state, input_set)
+        fresh = self._instantiate(state.shape, random_seed()).inputs
+        with torch.no_grad():
+            for i, value in enumerate(fresh):
+                if isinstance(value, torch.Tensor):
+                    input_set.host[i].copy_(value)
+                    if self.staged:
+                        input_set.values[i].copy_(value)
+        input_set.reference = None
+        input_set.refreshed_since_check = True
+
+    def _shape_state(self, index: int, shape: ShapeVariant, seeds_per_shape: int) -> ShapeState:
+        torch = self.torch
+        first_seed = random_seed()
+        instance = self._instantiate(shape, first_seed)
+        reference_model = copy.deepcopy(instance.model).to(torch.float64)
+        state = ShapeState(index, shape, instance.model, reference_model, TrialHistory(index, shape.name))
+        seeds = [first_seed] + [random_seed() for _ in range(seeds_per_shape - 1)]
+        state.trial_sets = len(seeds)
+        timing_seeds = [random_seed() for _ in range(self.settings.input_sets)]
+        for seed in seeds + timing_seeds:
+            inputs = instance.inputs if seed == first_seed else self._instantiate(shape, seed).inputs
+            state.sets.append(self._new_set(inputs, seed))
+        eager = self._eager(state, state.sets[0].values)
+        state.expected = [(dtype_name(e.dtype), tuple(e.shape)) for e in eager]
+        out_specs, out_size = layout(state.expected)
+        output_arena = Arena.create(out_size, "kf-outputs")
+        state.outputs = [output_arena.tensor(s) for s in out_specs]
+        # Parameters and buffers by name: the ABI order for units without glue, state_dict for glue.
+        named: dict[str, Any] = {}
+        for name, tensor in [*instance.model.named_parameters(), *instance.model.named_buffers()]:
+            named.setdefault(name, tensor.detach())
+        for name, tensor in instance.model.state_dict().items():
+            named.setdefault(name, tensor.detach())
+        names = list(named)
+        param_specs, param_size = layout([(dtype_name(named[n].dtype), tuple(named[n].shape)) for n in names])
+        param_arena = Arena.create(param_size, "kf-params")
+        for name, spec in zip(names, param_specs, strict=True):
+            param_arena.tensor(spec).copy_(named[name])
+        state.arenas = [s.arena for s in state.sets] + [param_arena, output_arena]
+        glue = bool(self.request.kernel.glue.strip())
+        direct = [n for n, _ in instance.model.named_parameters()] + [
+            n for n, _ in instance.model.named_buffers()
+        ]
+        self._ask(
+            "bind",
+            "bound",
+            fds=tuple(a.fd for a in state.arenas),
+            shape=index,
+            sets=[self._set_message(s) for s in state.sets],
+            sizes=[a.size for a in state.arenas],
+            params=[{"name": n, "tensor": s.to_json()} for n, s in zip(names, param_specs, strict=True)],
+            direct_params=direct,
+            outputs=[s.to_json() for s in out_specs],
+            init_inputs=_json_scalar(list(instance.init_inputs), "an init input") if glue else [],
+        )
+        return state
+
+    # ---- the judge's own computations ----------------------------------------------------------------
     def _high_precision(self, state: ShapeState, inputs: list[Any]) -> list[Any]:
         """The reference in float64 (TF32 off); float32 with TF32 off where float64 is unsupported."""
         torch = self.torch
         tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.device.on_stream():
                 try:
                     wide = [x.to(torch.float64) if _is_float(x) else x for x in inputs]
-                    outputs = as_list(state.reference(*wide), "the reference")
+                    outputs = as_list(state.reference_model(*wide), "the reference")
                     ref_dtype = "float64"
                 except EvaluationFailure:
                     raise
                 except Exception:
-                    state.reference = copy.deepcopy(state.model).to(torch.float32)
+                    state.reference_model = copy.deepcopy(state.model).to(torch.float32)
                     wide = [x.to(torch.float32) if _is_float(x) else x for x in inputs]
-                    outputs = as_list(state.reference(*wide), "the reference")
+                    outputs = as_list(state.reference_model(*wide), "the reference")
                     ref_dtype = "float32 (TF32 off)"
         except EvaluationFailure:
             raise
@@ -198,310 +285,269 @@ class Evaluation:
 
     def _eager(self, state: ShapeState, inputs: list[Any]) -> list[Any]:
         try:
-            with self.torch.no_grad():
+            with self.torch.no_grad(), self.device.on_stream():
                 return as_list(state.model(*inputs), "the reference")
         except EvaluationFailure:
             raise
         except Exception as exc:
             raise EvaluationFailure(reasons.REFERENCE_ERROR, f"reference forward failed: {exc}") from exc
 
-    def _direct_inputs(self, state: ShapeState, inputs: list[Any]) -> list[Any]:
-        tensors = as_tensors(inputs, self.torch.device(self.device))
-        params = [p.detach() for p in state.model.parameters()]
-        buffers = [b.detach() for b in state.model.buffers()]
-        return tensors + params + buffers
+    def _reference_for(self, state: ShapeState, input_set: InputSet) -> list[Any]:
+        if input_set.reference is None:
+            input_set.reference = self._high_precision(state, input_set.values)
+        return input_set.reference
 
-    def _call_candidate(self, state: ShapeState, inputs: list[Any], expected: list[Any]) -> list[Any]:
-        """One correctness call with fresh, poisoned outputs; returns the outputs (device-synchronised)."""
-        torch = self.torch
-        where = (
-            "ModelNew.forward"
-            if state.candidate is not None
-            else f"entry point `{self.request.kernel.entry_point}`"
+    # ---- calls -------------------------------------------------------------------------------------
+    def _poison_outputs(self, state: ShapeState) -> None:
+        """Shared memory: the judge poisons the outputs itself (staged: the runner does, on the device)."""
+        if not self.staged:
+            for out in state.outputs:
+                comparison.poison_(out)
+
+    def _call(self, state: ShapeState, set_index: int, trial: bool, refresh: bool = False) -> tuple[Any, int]:
+        """One call of the candidate on set `set_index` (outputs already poisoned)."""
+        reply, wall = self._ask(
+            "call", "called", shape=state.index, set=set_index, trial=trial, refresh=refresh
         )
-        try:
-            if state.candidate is None:
-                outputs = [torch.empty_like(e, memory_format=torch.contiguous_format) for e in expected]
-                for out in outputs:
-                    comparison.poison_(out)
-                self._sync()
-                assert self.unit is not None
-                self.unit.call(
-                    self.request.kernel.entry_point,
-                    DescriptorArray(self._direct_inputs(state, inputs)),
-                    DescriptorArray(outputs),
-                    self._stream_handle(),
+        self.launches += reply.launches
+        if reply.outputs:  # glue: what forward() returned
+            if len(reply.outputs) != len(state.expected):
+                raise EvaluationFailure(
+                    reasons.WRONG_SHAPE,
+                    f"candidate returned {len(reply.outputs)} outputs, the reference {len(state.expected)}",
                 )
-            else:
-                self._sync()
-                with torch.no_grad():
-                    outputs = as_list(state.candidate(*inputs), "ModelNew.forward")
-            snapshots = [o.clone() for o in outputs] if self.is_cuda else None
-            self._sync()
-        except Exception as exc:
-            raise classify_exception(exc, where) from exc
-        if snapshots is not None:
-            for i, (snap, out) in enumerate(zip(snapshots, outputs, strict=True)):
-                if not comparison.bitwise_equal(snap, out):
+            for i, (meta, (dtype, shape)) in enumerate(zip(reply.outputs, state.expected, strict=True)):
+                if tuple(meta.shape) != shape:
                     raise EvaluationFailure(
-                        reasons.ASYNC_SIDE_STREAM,
-                        f"output {i} changed after the call returned: work was still running outside the "
-                        "given stream (read on the stream vs after torch.cuda.synchronize())",
+                        reasons.WRONG_SHAPE, f"output {i} has shape {tuple(meta.shape)}, expected {shape}"
                     )
-        return outputs
+                if meta.dtype != dtype:
+                    raise EvaluationFailure(
+                        reasons.WRONG_DTYPE,
+                        f"output {i} has dtype torch.{meta.dtype}, expected torch.{dtype}",
+                    )
+        return reply, wall
+
+    def _read_outputs(self, state: ShapeState) -> list[Any]:
+        """The outputs of the last call, as the judge sees them (fetched from the runner when staged)."""
+        if not self.staged:
+            return state.outputs
+        self._ask("fetch", "fetched", shape=state.index)
+        return [o.to(self.request.device) for o in state.outputs]
 
     # ---- correctness -------------------------------------------------------------------------------
-    def _trial(self, state: ShapeState, seed_index: int, seed: int, keep_alive: list[Any]) -> None:
-        torch = self.torch
-        self.failed_trial = {"shape": state.shape.name, "seed": seed, "trial": self.counters["trials"]}
-        instance = self._instantiate(state.shape, seed)
-        inputs = instance.inputs
-        reference = self._high_precision(state, inputs)
+    def _trial(self, state: ShapeState, seed_index: int) -> None:
+        input_set = state.sets[seed_index]
+        self.failed_trial = {
+            "shape": state.shape.name,
+            "seed": input_set.seed,
+            "trial": self.counters["trials"],
+        }
+        inputs = input_set.values
+        reference = self._reference_for(state, input_set)
         eager = self._eager(state, inputs)
         eager_error = max(comparison.max_abs_error(e, r) for e, r in zip(eager, reference, strict=True))
         dtype = eager[0].dtype
         self.tolerance, self.tolerance_source = comparison.effective_tolerance(
             dtype, eager_error, self.task.tolerance, self.settings.tolerance
         )
+        state.history.error_floor = max(state.history.error_floor, 2.0 * eager_error)
         self.precision = f"{self.reference_dtype} reference, compared in {str(dtype).replace('torch.', '')}"
-        originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        params = [p.detach().clone() for p in state.model.parameters()]
         state.history.eager_degenerate = [
             comparison.is_degenerate(e, r) for e, r in zip(eager, reference, strict=True)
         ]
-        # The eager outputs are scrubbed and kept alive: their memory cannot be handed to the candidate.
-        for e in eager:
-            comparison.poison_(e)
         self.counters["trials"] += 1
-        outputs = self._call_candidate(state, inputs, eager)
-        for i, (now, before) in enumerate(zip(inputs, originals, strict=True)):
-            if isinstance(now, torch.Tensor) and not comparison.bitwise_equal(now, before):
-                raise EvaluationFailure(reasons.INPUT_MODIFIED, f"input {i} was modified by the candidate")
-        for (name, p), before in zip(state.model.named_parameters(), params, strict=True):
-            if not comparison.bitwise_equal(p.detach(), before):
-                raise EvaluationFailure(
-                    reasons.INPUT_MODIFIED, f"parameter `{name}` was modified by the candidate"
-                )
-        assert self.tolerance is not None
+        self._poison_outputs(state)
+        self._call(state, seed_index, trial=True)
+        outputs = self._read_outputs(state)
         check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
         state.history.passed_seeds.append(seed_index)
         state.history.previous_reference = reference
-        # Holding every trial's tensors until the trials end makes each allocation land at a new address:
-        # a unit that memoises by pointer cannot replay an earlier trial's answer.
-        keep_alive.append((inputs, outputs, eager))
 
     def _probe_outside_stream(self, state: ShapeState) -> None:
-        """CUDA: call the unit while its stream is captured into a CUDA graph, so nothing it enqueues
-        on that stream runs; an output that changes anyway was written by work on another stream.
-
-        Deterministic where the snapshot check in _call_candidate is a race. A unit that cannot be
-        captured (it synchronises, say) makes the probe inconclusive: noted, never a failure.
-        Candidates with glue allocate their outputs inside forward() and are not probed.
-        """
-        if not self.is_cuda or state.candidate is not None or self.unit is None:
+        """Staged devices (CUDA): the runner calls the unit while its stream is being captured into a
+        graph, so nothing enqueued on it runs; an output written anyway came from another stream."""
+        if not self.staged or self.request.kernel.glue.strip():
             return
-        torch = self.torch
-        inputs = self._instantiate(state.shape, STREAM_PROBE_SEED).inputs
-        outputs = [
-            torch.empty_like(e, memory_format=torch.contiguous_format) for e in self._eager(state, inputs)
-        ]
-        for out in outputs:
-            comparison.poison_(out)
-        before = [o.clone() for o in outputs]
-        in_desc, out_desc = DescriptorArray(self._direct_inputs(state, inputs)), DescriptorArray(outputs)
-        self._sync()
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="relaxed"):
-                self.unit.call(self.request.kernel.entry_point, in_desc, out_desc, self._stream_handle())
-        except Exception as exc:  # not capturable: inconclusive
-            self.notes.append(f"stream-capture probe inconclusive: {type(exc).__name__}: {str(exc)[:200]}")
-        try:
-            self._sync()
-        except Exception as exc:
-            raise classify_exception(exc, "stream-capture probe") from exc
-        for i, (now, then) in enumerate(zip(outputs, before, strict=True)):
-            if not comparison.bitwise_equal(now, then):
-                raise EvaluationFailure(
-                    reasons.ASYNC_SIDE_STREAM,
-                    f"output {i} was written while the given stream was being captured into a CUDA graph "
-                    "(so nothing enqueued on it ran): the unit does its work on another stream",
-                )
-        del graph
+        reply, _ = self._ask("probe", "probed", shape=state.index, set=0)
+        if reply.note:
+            self.notes.append(reply.note)
+        if reply.written:
+            raise EvaluationFailure(
+                reasons.ASYNC_SIDE_STREAM,
+                "an output was written while the given stream was being captured into a CUDA graph (so "
+                "nothing enqueued on it ran): the unit does its work on another stream",
+            )
 
     # ---- timing ------------------------------------------------------------------------------------
-    def _timer(self) -> CpuTimer | CudaTimer:
-        if self.is_cuda:
-            return CudaTimer(self.torch.device(self.device), self.stream, self.settings.flush_cache)
-        return CpuTimer(self.settings.flush_cache)
+    def _check_timed_outputs(self, state: ShapeState, input_set: InputSet, call: int) -> None:
+        assert self.tolerance is not None
+        outputs = self._read_outputs(state)
+        reference = self._reference_for(state, input_set)
+        refreshed = input_set.refreshed_since_check
+        input_set.refreshed_since_check = False
+        self.counters["checked_timed_runs"] += 1
+        for i, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
+            unwritten = comparison.unwritten_mask(out, ref)
+            if bool(unwritten.any().item()):
+                raise EvaluationFailure(
+                    reasons.OUTPUT_NOT_WRITTEN,
+                    f"timed call {call}: output {i} has {int(unwritten.sum().item())} of {out.numel()} "
+                    "elements still holding the poison",
+                )
+            result = comparison.compare(out, ref, self.tolerance, state.history.error_floor)
+            if not result.ok:
+                stale = input_set.previous_reference
+                if (
+                    refreshed
+                    and stale is not None
+                    and comparison.compare(out, stale[i], self.tolerance, state.history.error_floor).ok
+                ):
+                    raise EvaluationFailure(
+                        reasons.CACHED_RESULT,
+                        f"timed call {call}: new values written into its input set were not reflected in "
+                        f"output {i}, which still holds the answer for the old values: "
+                        f"{result.describe(self.tolerance)}",
+                    )
+                raise EvaluationFailure(
+                    reasons.TIMED_RUN_WRONG,
+                    f"timed call {call} (checked at random afterwards) was wrong in output {i}: "
+                    f"{result.describe(self.tolerance)}",
+                )
 
-    def _time_shape(self, state: ShapeState, timer: CpuTimer | CudaTimer) -> ShapeReport:
-        torch = self.torch
-        k = self.settings.input_sets
-        sets = [self._instantiate(state.shape, TIMING_SEED_BASE + j).inputs for j in range(k)]
-        expected = self._eager(state, sets[0])
-        runs, warmup = self.settings.runs_for(self.request.backend), self.settings.warmup_runs
+    def _time_candidate(self, state: ShapeState) -> ShapeReport:
+        runs, warmup = self.settings.runs_for(self.backend.name), self.settings.warmup_runs
+        first = state.trial_sets
+        k = len(state.sets) - first
         self.counters["input_sets"] += k
-        candidate_call, outputs = self._timed_candidate(state, sets, expected)
-        if self.launcher is not None:
-            self.launcher.poisoning = False
-        try:
-            candidate = timer.measure(candidate_call, runs, warmup)
-        except Exception as exc:
-            raise classify_exception(exc, "timed run") from exc
-        finally:
-            if self.launcher is not None:
-                self.launcher.poisoning = True
+        plan = verification.plan_calls(warmup + runs, k)
+        claims: list[int] = []
+        walls: list[int] = []
+        for n, planned in enumerate(plan):
+            self.failed_trial = {"shape": state.shape.name, "seed": None, "trial": f"timed call {n}"}
+            input_set = state.sets[first + planned.input_set]
+            if planned.refresh:
+                self._refresh(state, input_set)
+                self.counters["refreshed_timed_runs"] += 1
+            self._poison_outputs(state)
+            self.device.flush_cache()
+            reply, wall = self._call(state, first + planned.input_set, trial=False, refresh=planned.refresh)
+            verification.check_claim(reply.claimed_ns, wall, n)
+            if n >= warmup:
+                claims.append(reply.claimed_ns)
+                walls.append(wall)
+            if planned.check:
+                self._check_timed_outputs(state, input_set, n)
         self.counters["timed_runs"] += runs
         self.counters["warmup_runs"] += warmup
-        self._check_not_cached(state, sets, candidate_call, outputs, runs + warmup)
-        report = ShapeReport(
+        self.failed_trial = {"shape": state.shape.name, "seed": None, "trial": "timing cross-check"}
+        nulls = [self._ask("idle", "idle")[1] for _ in range(NULL_CALLS)]
+        calls = verification.batch_calls(statistics.median(walls))
+        order = [first + (i % k) for i in range(calls)]
+        batches = [
+            self._ask("batch", "batch_done", shape=state.index, sets=order)[1]
+            for _ in range(verification.BATCH_REPEATS)
+        ]
+        check = verification.cross_check(
+            claims, batches, calls, nulls, self.backend.call_overhead_allowance_ns
+        )
+        self.failed_trial = None
+        self.notes.append(
+            f"{state.shape.name}: {check.describe()}; judge's round-trip median "
+            f"{statistics.median(walls) / 1e6:.4f} ms"
+        )
+        claimed_ms = tuple(c / 1e6 for c in claims)
+        from kernelfoundry.evaluation.timing import Timings
+
+        timings = Timings(claimed_ms)
+        return ShapeReport(
             shape=state.shape.name,
-            runtime_ms=candidate.median_ms,
-            runtime_spread_ms=candidate.iqr_ms,
+            runtime_ms=timings.median_ms,
+            runtime_spread_ms=timings.iqr_ms,
             max_abs_error=state.history.max_abs_error,
             max_rel_error=state.history.max_rel_error,
         )
-        if candidate.synced_median_ms is not None:
-            self.notes.append(
-                f"{state.shape.name}: candidate median {candidate.median_ms:.4f} ms on its stream, "
-                f"{candidate.synced_median_ms:.4f} ms to device-wide sync"
-            )
-        if self.settings.measure_baselines:
-            with torch.no_grad():
-                eager = timer.measure(lambda i: state.model(*sets[i % k]), runs, warmup)
-            report.baseline_ms = eager.median_ms
-            report.compile_baseline_ms = self._compile_baseline(state, sets, timer, runs, warmup)
+
+    def _time_baselines(self, state: ShapeState, report: ShapeReport) -> None:
+        """Eager and torch.compile, timed in the judge (no candidate ever ran here) on the timing sets."""
+        if not self.settings.measure_baselines:
+            return
+        torch = self.torch
+        timer = self.device.baseline_timer()
+        runs, warmup = self.settings.runs_for(self.backend.name), self.settings.warmup_runs
+        sets = [s.values for s in state.sets[state.trial_sets :]]
+        k = len(sets)
+        with torch.no_grad():
+            report.baseline_ms = timer.measure(lambda i: state.model(*sets[i % k]), runs, warmup).median_ms
+        if self.settings.compile_baseline_for(self.backend.name):
+            try:
+                compiled = torch.compile(state.model)
+                with torch.no_grad():
+                    compiled(*sets[0])
+                    self.device.synchronize()
+                    report.compile_baseline_ms = timer.measure(
+                        lambda i: compiled(*sets[i % k]), runs, warmup
+                    ).median_ms
+            except Exception as exc:  # best effort: no compiler, unsupported op ...
+                self.notes.append(
+                    f"torch.compile baseline unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+                )
         if report.baseline_ms is not None and report.runtime_ms:
             report.speedup = report.baseline_ms / report.runtime_ms
         if report.compile_baseline_ms is not None and report.runtime_ms:
             report.speedup_vs_compile = report.compile_baseline_ms / report.runtime_ms
-        return report
 
-    def _timed_candidate(
-        self, state: ShapeState, sets: list[list[Any]], expected: list[Any]
-    ) -> tuple[Callable[[int], Any], list[Any] | None]:
-        torch = self.torch
-        k = len(sets)
-        if state.candidate is not None:
-            model = state.candidate
-
-            def glue_call(i: int) -> Any:
-                with torch.no_grad():
-                    return model(*sets[i % k])
-
-            return glue_call, None
-        outputs = [torch.empty_like(e, memory_format=torch.contiguous_format) for e in expected]
-        for out in outputs:
-            comparison.poison_(out)
-        inputs = [DescriptorArray(self._direct_inputs(state, s)) for s in sets]
-        out_desc = DescriptorArray(outputs)
-        unit, entry, stream = self.unit, self.request.kernel.entry_point, self._stream_handle
-        assert unit is not None
-
-        def direct_call(i: int) -> None:
-            unit.call(entry, inputs[i % k], out_desc, stream())
-
-        return direct_call, outputs
-
-    def _check_not_cached(
-        self,
-        state: ShapeState,
-        sets: list[list[Any]],
-        call: Callable[[int], Any],
-        outputs: list[Any] | None,
-        n: int,
-    ) -> None:
-        """Fresh values written into the next input set, in place: the candidate must recompute."""
-        torch = self.torch
-        j = n % len(sets)
-        fresh = self._instantiate(state.shape, CACHE_PROBE_SEED).inputs
-        with torch.no_grad():
-            for target, value in zip(sets[j], fresh, strict=True):
-                if isinstance(target, torch.Tensor):
-                    target.copy_(value)
-        reference = self._high_precision(state, sets[j])
-        try:
-            with self._on_stream():
-                result = call(n)
-                got = outputs if outputs is not None else as_list(result, "ModelNew.forward")
-                snapshots = [o.clone() for o in got] if self.is_cuda else None
-            self._sync()
-        except Exception as exc:
-            raise classify_exception(exc, "verification call after timing") from exc
-        if snapshots is not None and not all(
-            comparison.bitwise_equal(s, o) for s, o in zip(snapshots, got, strict=True)
-        ):
+    def _finish_runner(self) -> None:
+        """Kill the runner; a process it left behind (its group, or reparented to the judge) fails it."""
+        if self.runner is None:
+            return
+        known = self.runner._judge_children_before
+        leftovers = self.runner.close()
+        adopted = observation.children(os.getpid()) - known - {self.runner.pid}
+        stray = sorted(set(leftovers) | adopted)
+        for pid in stray:
+            kill_and_reap(pid)
+        if stray:
             raise EvaluationFailure(
-                reasons.ASYNC_SIDE_STREAM,
-                "the output changed after the call returned (work outside the stream)",
+                reasons.BACKGROUND_PROCESS,
+                f"{len(stray)} process(es) started by the candidate were still running after its runner "
+                f"ended (pids {stray[:5]}); they were killed",
             )
-        assert self.tolerance is not None
-        for i, (out, ref) in enumerate(zip(got, reference, strict=True)):
-            result = comparison.compare(out, ref, self.tolerance)
-            if not result.ok:
-                raise EvaluationFailure(
-                    reasons.CACHED_RESULT,
-                    f"after {n} calls rotating {len(sets)} input sets, new values written into input set {j} "
-                    f"were not reflected in output {i}: {result.describe(self.tolerance)}",
-                )
-
-    def _compile_baseline(
-        self, state: ShapeState, sets: list[list[Any]], timer: CpuTimer | CudaTimer, runs: int, warmup: int
-    ) -> float | None:
-        if not self.settings.compile_baseline_for(self.request.backend):
-            return None
-        torch = self.torch
-        k = len(sets)
-        try:
-            compiled = torch.compile(state.model)
-            with torch.no_grad():
-                compiled(*sets[0])
-                self._sync()
-                return timer.measure(lambda i: compiled(*sets[i % k]), runs, warmup).median_ms
-        except Exception as exc:  # torch.compile is best effort: no compiler, unsupported op ...
-            self.notes.append(f"torch.compile baseline unavailable: {type(exc).__name__}: {str(exc)[:200]}")
-            return None
 
     # ---- the whole evaluation ----------------------------------------------------------------------
-    def _device_name(self) -> str:
-        if self.is_cuda:
-            with contextlib.suppress(Exception):
-                return str(self.torch.cuda.get_device_name(self.torch.device(self.device)))
-        return cpu_name()
-
     def run(self) -> EvaluationReport:
         if self.request.kernel.glue.strip():
             findings = check_glue(self.request.kernel.glue, self.task.reference_source)
             if findings:
                 first = findings[0]
                 raise EvaluationFailure(first.reason, f"line {first.line}: {first.message}")
-        self._setup()
+        self.torch.set_num_threads(self._threads())
+        self.device.setup()
+        self._start_runner()
         shapes = list(self.task.shapes)
         seeds_per_shape = max(self.task.seeds, math.ceil(self.settings.correctness_trials / len(shapes)))
         states: list[ShapeState] = []
-        keep_alive: list[Any] = []
-        with self._on_stream():
-            for index, shape in enumerate(shapes):
-                state = self._shape_state(index, shape, self._instantiate(shape, TRIAL_SEED_BASE))
-                states.append(state)
-                for seed_index in range(seeds_per_shape):
-                    self._trial(state, seed_index, TRIAL_SEED_BASE + seed_index, keep_alive)
-            if self.launcher is not None and self.launcher.launches == 0:
-                raise EvaluationFailure(
-                    reasons.GLUE_NO_KERNEL_LAUNCH, "ModelNew.forward never called kf.launch during the trials"
-                )
-            self.failed_trial = {
-                "shape": states[0].shape.name,
-                "seed": STREAM_PROBE_SEED,
-                "trial": "stream probe",
-            }
-            self._probe_outside_stream(states[0])  # before keep_alive is released: fresh addresses
-            self.failed_trial = None
-            keep_alive.clear()
-            timer = self._timer()
-            with QuietHost(self.settings.timing_lock_dir).timing():
-                per_shape = [self._time_shape(state, timer) for state in states]
+        for index, shape in enumerate(shapes):
+            state = self._shape_state(index, shape, seeds_per_shape)
+            states.append(state)
+            for seed_index in range(seeds_per_shape):
+                self._trial(state, seed_index)
+        if self.request.kernel.glue.strip() and self.launches == 0:
+            raise EvaluationFailure(
+                reasons.GLUE_NO_KERNEL_LAUNCH, "ModelNew.forward never called kf.launch during the trials"
+            )
+        self.failed_trial = {
+            "shape": states[0].shape.name,
+            "seed": states[0].sets[0].seed,
+            "trial": "stream probe",
+        }
+        self._probe_outside_stream(states[0])
+        self.failed_trial = None
+        with QuietHost(self.settings.timing_lock_dir).timing():
+            per_shape = [self._time_candidate(state) for state in states]
+            self._finish_runner()
+            for state, report in zip(states, per_shape, strict=True):
+                self._time_baselines(state, report)
         return self._report(per_shape, states)
 
     def _report(self, per_shape: list[ShapeReport], states: list[ShapeState]) -> EvaluationReport:
@@ -527,16 +573,15 @@ class Evaluation:
 
     def _common(self) -> dict[str, Any]:
         tol = self.tolerance
-        if self.unit is not None:
-            self.counters["kernel_launches"] = self.unit.launches
+        self.counters["kernel_launches"] = self.launches
         return {
             "precision": f"{self.precision}; tolerance from {self.tolerance_source}"
             if self.precision
             else "",
             "tolerance_atol": tol.atol if tol else None,
             "tolerance_rtol": tol.rtol if tol else None,
-            "device": self.device,
-            "device_name": self._device_name(),
+            "device": self.request.device,
+            "device_name": self.device.name(),
             "counters": dict(self.counters),
             "notes": list(self.notes),
         }
@@ -546,30 +591,32 @@ class Evaluation:
             failure.reason, failure.message, failed_trial=self.failed_trial, **self._common()
         )
 
-    def device_health(self) -> EvaluationFailure | None:
-        """On CUDA, whether the context still works; a broken one is reported and recycles the process."""
-        if not self.is_cuda:
-            return None
-        try:
-            self.torch.cuda.synchronize()
-            self.torch.zeros(1, device=self.device).add_(1).item()
-        except Exception as exc:
-            return classify_exception(exc, "device after the evaluation")
-        return None
+    def close(self) -> None:
+        """Always: the runner goes, and so does any process it left behind."""
+        if self.runner is not None and not self.runner.closed:
+            with contextlib.suppress(EvaluationFailure):
+                self._finish_runner()
 
 
-def _is_float(value: Any) -> bool:
-    import torch
+def kill_and_reap(pid: int) -> None:
+    """End a process the candidate left behind (the judge is its subreaper) and collect its status."""
+    import contextlib
+    import signal
 
-    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, 0)
 
 
-def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
-    """Evaluate in this process; always returns a report (see module docstring for where to call it)."""
+def run_evaluation(
+    request: EvaluationRequest, runner_factory: Callable[[], RunnerProcess]
+) -> tuple[EvaluationReport, bool]:
+    """Judge one request; returns (report, whether this judge's own device context is broken)."""
     started = time.monotonic()
     evaluation: Evaluation | None = None
     try:
-        evaluation = Evaluation(request)
+        evaluation = Evaluation(request, runner_factory)
         report = evaluation.run()
     except EvaluationFailure as failure:
         report = (
@@ -577,7 +624,7 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
             if evaluation
             else EvaluationReport.failure(failure.reason, failure.message)
         )
-    except Exception as exc:  # a bug or an unexpected device state: never let it escape
+    except Exception as exc:  # a bug or an unexpected device state in the judge: never let it escape
         failure = classify_exception(exc, "evaluation")
         if failure.reason == reasons.GLUE_ERROR:
             failure = EvaluationFailure(reasons.WORKER_ERROR, f"{type(exc).__name__}: {exc}")
@@ -586,12 +633,15 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
             if evaluation
             else EvaluationReport.failure(failure.reason, failure.message)
         )
-    broken = evaluation.device_health() if evaluation is not None else None
+    finally:
+        if evaluation is not None:
+            evaluation.close()
+    broken = evaluation.device.health() if evaluation is not None else None
     if broken is not None and evaluation is not None:
+        failure = classify_exception(broken, "the judge's device after the evaluation")
         if report.correct:
-            report = evaluation.failure_report(broken)
-        elif report.reason not in reasons.RECYCLING_REASONS:
-            report.message = f"{report.message}; then {broken.message}"
-            report.reason = broken.reason
+            report = evaluation.failure_report(failure)
+        else:
+            report.message = f"{report.message}; then {failure.message}"
     report.duration_s = time.monotonic() - started
-    return report
+    return report, broken is not None

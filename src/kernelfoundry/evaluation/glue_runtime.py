@@ -4,7 +4,7 @@ The glue is executed as a fresh module whose globals hold `torch`, `nn`, `F` and
 `kf.launch(entry, inputs, outputs)` calls entry point `entry` of the candidate's unit with `inputs`
 (tensors or Python scalars) and `outputs` (tensors the unit must write completely), on the evaluation's
 stream. Outputs given to kf.launch are poisoned right before the call, so they are write-only for the
-unit. Runs only in the evaluation child process, after glue_checks passed. Never exposes the reference.
+unit. Runs only in the untrusted runner process, after glue_checks passed. Never exposes the reference.
 """
 
 from __future__ import annotations

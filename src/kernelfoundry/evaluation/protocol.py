@@ -1,23 +1,25 @@
-"""Framing of messages between the evaluation worker and its child: 8-byte length, then a pickle.
+"""Framing of messages between EvaluationWorker and its judge process: 8-byte length, then JSON.
 
-Only the worker and its own child speak it, over private pipes; nothing else may feed it (pickle).
-Reads honour a deadline so a hung child never blocks its parent.
+Only the worker and its own judge speak it, over private pipes; both are trusted, and still nothing on
+this pipe is pickled (requests travel as wire.request_to_dict, reports as EvaluationReport.to_dict).
+Reads honour a deadline so a hung judge never blocks its parent.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import select
 import struct
 import time
 from typing import Any
 
 HEADER = struct.Struct("<Q")
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
 class ChildGone(Exception):
-    """The other end closed the pipe (the child died)."""
+    """The other end closed the pipe (the judge died)."""
 
 
 class DeadlinePassed(Exception):
@@ -25,7 +27,7 @@ class DeadlinePassed(Exception):
 
 
 def write_message(fd: int, message: Any) -> None:
-    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    body = json.dumps(message, separators=(",", ":")).encode()
     data = HEADER.pack(len(body)) + body
     view = memoryview(data)
     while view:
@@ -58,4 +60,6 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
 def read_message(fd: int, deadline: float | None = None) -> Any:
     """One message; `deadline` is a time.monotonic() value, None waits forever."""
     (size,) = HEADER.unpack(_read_exactly(fd, HEADER.size, deadline))
-    return pickle.loads(_read_exactly(fd, size, deadline))
+    if size > MAX_MESSAGE_BYTES:
+        raise ChildGone(f"a message of {size} bytes is over the limit")
+    return json.loads(_read_exactly(fd, size, deadline))

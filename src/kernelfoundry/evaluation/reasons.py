@@ -40,6 +40,13 @@ GLUE_IO = "glue_io"
 GLUE_DYNAMIC_CODE = "glue_dynamic_code"
 GLUE_NO_KERNEL_LAUNCH = "glue_no_kernel_launch"
 GLUE_ERROR = "glue_error"
+# The sealed runner and what the judge observes of it.
+RUNNER_PROTOCOL_VIOLATION = "runner_protocol_violation"
+TIMING_FORGED = "timing_forged"
+TIMING_MISMATCH = "timing_mismatch"
+TIMED_RUN_WRONG = "timed_run_wrong"
+BACKGROUND_WORK = "background_work"
+BACKGROUND_PROCESS = "background_process"
 # The task or the request itself.
 REFERENCE_ERROR = "reference_error"
 BAD_REQUEST = "bad_request"
@@ -48,6 +55,11 @@ WORKER_ERROR = "worker_error"
 # Failures after which the child process must not serve another evaluation: its device context or
 # its address space may be corrupted.
 RECYCLING_REASONS = frozenset({CRASH, TIMEOUT, ILLEGAL_ADDRESS, DEVICE_ERROR, WORKER_ERROR})
+
+
+# Failures after which the runner, not the judge, is discarded: every candidate gets a fresh runner
+# anyway, so these no longer retire the judge unless its own device context is broken.
+RUNNER_ONLY_REASONS = frozenset({CRASH, TIMEOUT})
 
 
 class EvaluationFailure(Exception):
@@ -60,3 +72,16 @@ class EvaluationFailure(Exception):
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
+
+
+def classify_exception(exc: BaseException, where: str) -> EvaluationFailure:
+    """A device error's text picks its reason; anything else raised by candidate code is a glue error."""
+    if isinstance(exc, EvaluationFailure):
+        return exc
+    text = f"{type(exc).__name__}: {exc}"
+    lowered = text.lower()
+    if "illegal memory access" in lowered or "illegal address" in lowered or "misaligned address" in lowered:
+        return EvaluationFailure(ILLEGAL_ADDRESS, f"{where}: {text}")
+    if "cuda error" in lowered or "acceleratorerror" in lowered or "cudaerror" in lowered:
+        return EvaluationFailure(DEVICE_ERROR, f"{where}: {text}")
+    return EvaluationFailure(GLUE_ERROR, f"{where} raised {text}")

@@ -2,7 +2,7 @@
 
 Builds kf_tensor descriptors (DLPack's DLTensor layout) for torch tensors and calls
 `int entry(const kf_tensor*, int32_t, kf_tensor*, int32_t, void* stream)`. Runs only inside the
-evaluation child process: a unit is untrusted native code. Never catches a crash (it cannot).
+untrusted runner process (runner.py): a unit is untrusted native code. Never catches a crash (it cannot).
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def as_tensors(values: Sequence[Any], device: Any) -> list[Any]:
 class CompiledUnit:
     """A loaded shared library exporting kf ABI entry points."""
 
-    def __init__(self, artifact: Path) -> None:
+    def __init__(self, artifact: Path, name: str | None = None) -> None:
+        shown = name or Path(artifact).name
         # dlopen returns the already-loaded handle for a path it has seen, static state included: every
         # evaluation loads a private copy (unlinked once mapped) so no state leaks between evaluations.
         try:
@@ -126,17 +127,17 @@ class CompiledUnit:
             finally:
                 os.unlink(copy.name)
         except OSError as exc:
-            raise EvaluationFailure(LOAD_ERROR, f"cannot load unit {artifact.name}: {exc}") from exc
+            raise EvaluationFailure(LOAD_ERROR, f"cannot load unit {shown}: {exc}") from exc
         version_fn = getattr(self.library, "kf_abi_version", None)
         if version_fn is None:
-            raise EvaluationFailure(ABI_MISMATCH, f"unit {artifact.name} exports no kf_abi_version()")
+            raise EvaluationFailure(ABI_MISMATCH, f"unit {shown} exports no kf_abi_version()")
         version_fn.restype = ctypes.c_int
         version_fn.argtypes = []
         version = int(version_fn())
         if version != ABI_VERSION:
             raise EvaluationFailure(
                 ABI_MISMATCH,
-                f"unit {artifact.name} was built against kf ABI {version}, executor speaks {ABI_VERSION}",
+                f"unit {shown} was built against kf ABI {version}, executor speaks {ABI_VERSION}",
             )
         self._entries: dict[str, Any] = {}
         self.launches = 0

@@ -1,9 +1,11 @@
-"""EvaluationWorker: owns one device and evaluates requests in a disposable child process.
+"""EvaluationWorker: owns one device and evaluates requests through a judge process.
 
-The child is kept between evaluations (torch and the device context stay warm) and replaced after any
-crash, deadline, device error or worker error. A deadline kills the child (reason `timeout`); a child
-that dies mid-evaluation yields `crash` naming the signal. The parent never loads a unit itself.
-Synchronous and safe to call from one thread at a time (a lock serialises callers).
+The judge (judge.py, trusted) is kept between evaluations (torch and the device context stay warm) and
+spawns a fresh sandboxed runner (runner.py, untrusted) for every candidate, so a candidate's crash or
+hang costs only its runner. The judge itself is replaced after a worker error, a broken device context,
+a crash or a hang of its own. The worker enforces an outer deadline (the request's plus JUDGE_MARGIN_S)
+in case the judge itself stops answering. Requests and reports cross as JSON, never pickle. Neither
+the worker nor the judge ever loads a unit. Synchronous; a lock serialises callers.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from kernelfoundry.evaluation import reasons
 from kernelfoundry.evaluation.protocol import ChildGone, DeadlinePassed, read_message, write_message
 from kernelfoundry.evaluation.report import EvaluationReport
 from kernelfoundry.evaluation.settings import EvaluationRequest
+from kernelfoundry.evaluation.wire import request_to_dict
 
 STARTUP_TIMEOUT_S = 180.0
+# The judge enforces the request's deadline on the runner; this margin covers its own work after that
+# (and a runner's start when no idle one was ready).
+JUDGE_MARGIN_S = 120.0
 STDERR_TAIL_BYTES = 2000
-# Each evaluation maps a private copy of its unit; a fresh child every so often bounds what accumulates.
+# A fresh judge every so often bounds what accumulates (caches of torch.compile, allocator pools).
 MAX_EVALUATIONS_PER_CHILD = 50
 
 
@@ -45,11 +51,9 @@ class _Child:
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         package_root = str(Path(kernelfoundry.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-        args = [sys.executable, "-m", "kernelfoundry.evaluation.child"]
+        args = [sys.executable, "-m", "kernelfoundry.evaluation.judge", "--device", device]
         if threading.current_thread() is threading.main_thread():
             args.append("--pdeathsig")
-        if device.startswith("cuda"):
-            args.append("--cuda")
         self.stderr: IO[bytes] = tempfile.TemporaryFile(prefix="kf-eval-child-")  # noqa: SIM115 - lives with the child
         self.process = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True
@@ -61,11 +65,12 @@ class _Child:
             hello = read_message(self.from_child, time.monotonic() + STARTUP_TIMEOUT_S)
             if not hello.get("ready"):
                 raise RuntimeError(f"unexpected greeting {hello!r}")
+            self.protections: list[str] = list(hello.get("protections", []))
         except Exception as exc:
             tail = self.stderr_tail()
             self.kill()
             raise RuntimeError(
-                f"evaluation child did not start ({type(exc).__name__}): {tail[-500:]}"
+                f"evaluation judge did not start ({type(exc).__name__}): {tail[-500:]}"
             ) from exc
 
     def stderr_tail(self) -> str:
@@ -125,7 +130,13 @@ class EvaluationWorker:
 
     @property
     def child_pid(self) -> int | None:
+        """The judge process's pid (None before the first evaluation or after a retirement)."""
         return self._child.process.pid if self._child is not None else None
+
+    @property
+    def judge_protections(self) -> list[str]:
+        """What the judge hardened itself with (e.g. "not dumpable", "child subreaper")."""
+        return list(self._child.protections) if self._child is not None else []
 
     def _ensure_child(self) -> _Child:
         if self._child is None or self._child.process.poll() is not None:
@@ -163,13 +174,14 @@ class EvaluationWorker:
     def _exchange(self, child: _Child, request: EvaluationRequest, started: float) -> EvaluationReport:
         deadline_s = request.settings.deadline_s
         try:
-            write_message(child.to_child, request)
-            answer: dict[str, Any] = read_message(child.from_child, started + deadline_s)
+            write_message(child.to_child, request_to_dict(request))
+            answer: dict[str, Any] = read_message(child.from_child, started + deadline_s + JUDGE_MARGIN_S)
         except DeadlinePassed:
             self._discard_child()
             return EvaluationReport.failure(
                 reasons.TIMEOUT,
-                f"evaluation exceeded its deadline of {deadline_s:g} s; the evaluation process was killed",
+                f"the judge did not answer within the deadline of {deadline_s:g} s plus "
+                f"{JUDGE_MARGIN_S:g} s; the evaluation process was killed",
                 device=self.device,
             )
         except (ChildGone, EOFError, OSError):
@@ -178,7 +190,7 @@ class EvaluationWorker:
             cause = _signal_name(child.process.poll())
             tail = child.stderr_tail()
             self._discard_child()
-            message = f"the evaluation process died with {cause} while running the candidate"
+            message = f"the judge process died with {cause} while judging the candidate"
             if tail:
                 message += f"; its last output: {tail[-500:]}"
             return EvaluationReport.failure(reasons.CRASH, message, device=self.device)

@@ -9,6 +9,10 @@ from evaluation_fixtures import CPU_UNITS, FMA, FMA_TWO_SHAPES, Units, expected_
 
 from kernelfoundry.evaluation import EvaluationWorker, reasons
 
+# Premises changed by the sealed evaluation: on the CPU the runner maps inputs read-only, so a unit that
+# writes one dies of SIGSEGV in its runner (reported as `crash`, the message naming the read-only mapping).
+CPU_REASON = {reasons.INPUT_MODIFIED: reasons.CRASH}
+
 PLANTED = sorted(
     p
     for p in CPU_UNITS.glob("*.cpp")
@@ -22,7 +26,7 @@ def test_planted_unit_is_rejected_with_its_reason(unit: Path, units: Units, work
     the_task = FMA_TWO_SHAPES if expected == reasons.CORRECT_ONLY_FIRST_SHAPE else FMA
     settings = with_deadline(3.0) if expected == reasons.TIMEOUT else with_deadline(60.0)
     report = worker.evaluate(units.request(unit.stem, the_task, settings=settings))
-    assert report.reason == expected, report.message
+    assert report.reason == CPU_REASON.get(expected, expected), report.message
     assert not report.correct
     assert report.speedup is None and report.runtime_ms is None
     assert report.message
@@ -39,14 +43,29 @@ def test_worker_serves_a_good_kernel_after_a_failure(
     assert good.speedup is not None
 
 
-def test_crash_names_the_signal_and_replaces_the_process(units: Units, worker: EvaluationWorker) -> None:
+def test_crash_names_the_signal_and_costs_only_the_runner(units: Units, worker: EvaluationWorker) -> None:
     worker.evaluate(units.request("good_fma"))
-    before = worker.child_pid
+    judge = worker.child_pid
     report = worker.evaluate(units.request("segfault"))
     assert report.reason == reasons.CRASH
     assert "SIGSEGV" in report.message
+    assert worker.evaluate(units.request("good_fma")).correct
+    assert worker.child_pid == judge  # the candidate ran in a runner; the judge never loaded it
+
+
+def test_writing_an_input_faults_in_the_runner(units: Units, worker: EvaluationWorker) -> None:
+    report = worker.evaluate(units.request("modifies_input"))
+    assert report.reason == reasons.CRASH
+    assert "read-only" in report.message
+
+
+def test_hang_costs_only_the_runner(units: Units, worker: EvaluationWorker) -> None:
     worker.evaluate(units.request("good_fma"))
-    assert worker.child_pid != before
+    judge = worker.child_pid
+    assert (
+        worker.evaluate(units.request("infinite_loop", settings=with_deadline(3.0))).reason == reasons.TIMEOUT
+    )
+    assert worker.child_pid == judge
 
 
 def test_ordinary_failures_keep_the_same_process(units: Units, worker: EvaluationWorker) -> None:

@@ -1,4 +1,4 @@
-"""The child process: isolated stdout, and it never outlives its parent."""
+"""The judge process: isolated stdout, hardened, and it never outlives its parent."""
 
 from __future__ import annotations
 

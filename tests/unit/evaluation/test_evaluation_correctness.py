@@ -66,4 +66,44 @@ def test_near_constant_output_is_fine_when_eager_is_near_constant_too() -> None:
     ref = 1.0 + reference() * 1e-12  # variation below float32 resolution
     flat = TrialHistory(0, "s", eager_degenerate=[True])
     assert reason_of(flat, 0, ref.float(), ref) is None
-    assert reason_of(TrialHistory(0, "s"), 0, ref.float(), ref) == reasons.DEGENERATE_OUTPUT
+
+
+def test_variation_below_the_dtype_resolution_is_never_called_degenerate() -> None:
+    ref = 1.0 + reference() * 1e-12  # a correct float32 output cannot show this variation
+    assert reason_of(TrialHistory(0, "s"), 0, ref.float(), ref) is None
+
+
+def softmax_reference(columns: int = 393_216) -> torch.Tensor:
+    logits = torch.rand(2, columns, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    return torch.softmax(logits, dim=-1)  # every value far below KernelBench's atol of 1e-4
+
+
+def test_small_magnitude_output_cannot_hide_reduced_precision_behind_atol() -> None:
+    ref = softmax_reference()
+    assert float(ref.max()) < 1e-5
+    assert reason_of(TrialHistory(0, "s"), 0, ref.float(), ref) is None
+    bf16 = ref.to(torch.bfloat16).float()
+    assert reason_of(TrialHistory(0, "s"), 0, bf16, ref) == reasons.PRECISION_DOWNGRADE
+    half = ref.to(torch.float16).float()  # subnormal in float16: coarse steps at this magnitude
+    assert reason_of(TrialHistory(0, "s"), 0, half, ref) is not None
+
+
+def test_zeros_or_a_constant_fail_a_small_magnitude_output() -> None:
+    ref = softmax_reference()
+    assert reason_of(TrialHistory(0, "s"), 0, torch.zeros_like(ref).float(), ref) == reasons.DEGENERATE_OUTPUT
+    constant = torch.full_like(ref, float(ref.mean())).float()
+    assert reason_of(TrialHistory(0, "s"), 0, constant, ref) == reasons.DEGENERATE_OUTPUT
+
+
+def test_tiny_mean_loss_passes_when_correct_and_fails_in_low_precision() -> None:
+    x = torch.randn(1 << 20, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    ref = x.mean().reshape(1)  # about 1e-3: below atol, the result of heavy cancellation
+    naive = torch.zeros((), dtype=torch.float32)
+    for chunk in x.float().split(4096):  # a different float32 summation order than eager's
+        naive += chunk.sum()
+    correct = (naive / x.numel()).reshape(1)
+    history = TrialHistory(0, "s", error_floor=2 * abs(float(x.float().mean()) - float(ref)))
+    assert reason_of(history, 0, correct, ref) is None
+    low = x.to(torch.bfloat16).float().mean().to(torch.bfloat16).float().reshape(1)
+    assert reason_of(TrialHistory(0, "s"), 0, low, ref) is not None
+    assert reason_of(TrialHistory(0, "s"), 0, torch.zeros(1), ref) is not None

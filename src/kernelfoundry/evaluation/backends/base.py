@@ -1,0 +1,104 @@
+"""What a backend is (`Backend`) and the two strategies each backend implements.
+
+`JudgeDevice` runs in the trusted judge: it computes references and baselines and never sees candidate
+code. `RunnerDevice` runs in the untrusted runner: it holds the candidate's view of inputs and outputs.
+Memory strategies: "shared" (the runner maps the judge's memfd buffers directly; inputs read-only) and
+"staged" (the runner owns device buffers and copies through host staging memfds on the judge's request).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+MemoryStrategy = Literal["shared", "staged"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Facts about one backend; the strategies are built by the two factories."""
+
+    name: str  # "cpu", "cuda": the backend of requests, subjects and build targets
+    device_kind: str  # torch's device type
+    language: str  # KernelSource.language
+    file_suffix: str
+    abi_device: int  # kf_device_type (DLPack's code)
+    memory: MemoryStrategy
+    default_timed_runs: int
+    compile_baseline_by_default: bool
+    runner_flags: tuple[str, ...]
+    # Host time per call that a runner's claim does not cover (loop, launch) but the judge's batch
+    # estimate does: the absolute slack of the timing cross-check (verification.cross_check).
+    call_overhead_allowance_ns: int
+    judge_device: Callable[[str, bool], JudgeDevice]  # (device, flush) -> strategy
+    runner_device: Callable[[str], RunnerDevice]
+
+
+class JudgeDevice:
+    """The judge's side of a device. Defaults are the host's (no stream, nothing to synchronise)."""
+
+    def __init__(self, device: str, flush: bool) -> None:
+        self.device = device
+        self.flush_enabled = flush
+        self.stream: Any = None
+
+    def setup(self) -> None:
+        """Make the device current (raises EvaluationFailure(bad_request) when it is absent)."""
+
+    @contextlib.contextmanager
+    def on_stream(self) -> Iterator[None]:
+        yield
+
+    def synchronize(self) -> None:
+        """Wait until every piece of work queued on the device is done."""
+
+    def flush_cache(self) -> None:
+        """Evict the caches a timed call could profit from (CPU last level, GPU L2)."""
+
+    def baseline_timer(self) -> Any:
+        """The timer for eager / torch.compile baselines (kernelfoundry.evaluation.timing)."""
+        raise NotImplementedError
+
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def health(self) -> BaseException | None:
+        """None while the device context works; the exception that shows it broken otherwise."""
+        return None
+
+
+class RunnerDevice:
+    """The runner's side of a device: places inputs and outputs, times one call."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def setup(self) -> None:
+        """Initialise the device before the candidate arrives (off the hot path)."""
+
+    def stream_handle(self) -> int | None:
+        """The `stream` argument of entry points (NULL on the host)."""
+        return None
+
+    @contextlib.contextmanager
+    def on_stream(self) -> Iterator[None]:
+        yield
+
+    def synchronize(self) -> None:
+        """Wait for every piece of work on the device."""
+
+    def place(self, host: Any) -> Any:
+        """The tensor the candidate computes on for a judge-provided host tensor (shared: itself)."""
+        return host
+
+    def refresh(self, placed: Any, host: Any) -> None:
+        """Bring new values of `host` into `placed` (staged memory only)."""
+
+    def fetch(self, placed: Any, host: Any) -> None:
+        """Copy `placed` into the judge-readable `host` tensor (staged memory only)."""
+
+    def timed(self, call: Callable[[], Any]) -> tuple[Any, int]:
+        """Run `call` and return (its result, the claimed duration in ns, device work included)."""
+        raise NotImplementedError

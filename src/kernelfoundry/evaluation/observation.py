@@ -1,0 +1,82 @@
+"""What the judge can see of the runner from outside, through /proc: CPU time and processes.
+
+Trusted observations (the kernel reports them; the runner cannot forge them): the CPU time every thread
+of a process has consumed (/proc/<pid>/task/*/schedstat, nanoseconds) and the children of a process
+(/proc/<pid>/task/*/children, or a scan of /proc/*/stat where that file is absent). What they cannot
+see: work on a GPU (device time is not CPU time), or work done by another process that is no child of the
+runner or the judge. Reading is racy by nature (threads come and go): a vanished file counts as zero.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def cpu_time_ns(pid: int) -> int:
+    """CPU time consumed so far by every live thread of `pid` (0 when the process is gone)."""
+    total = 0
+    try:
+        tasks = os.listdir(PROC / str(pid) / "task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(PROC / str(pid) / "task" / tid / "schedstat", encoding="ascii") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _children_from_tasks(pid: int) -> set[int] | None:
+    try:
+        tasks = os.listdir(PROC / str(pid) / "task")
+    except OSError:
+        return set()
+    found: set[int] = set()
+    for tid in tasks:
+        path = PROC / str(pid) / "task" / tid / "children"
+        try:
+            text = path.read_text(encoding="ascii")
+        except FileNotFoundError:
+            if not path.parent.exists():
+                continue
+            return None  # the kernel has no children files: scan instead
+        except OSError:
+            continue
+        found.update(int(p) for p in text.split())
+    return found
+
+
+def _children_by_scan(pids: tuple[int, ...]) -> dict[int, set[int]]:
+    wanted = {str(p): p for p in pids}
+    found: dict[int, set[int]] = {p: set() for p in pids}
+    for entry in os.listdir(PROC):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(PROC / entry / "stat", encoding="ascii", errors="replace") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the command name, which is in parentheses and may hold spaces.
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1] in wanted:
+            found[wanted[fields[1]]].add(int(entry))
+    return found
+
+
+def children_of(pids: tuple[int, ...]) -> dict[int, set[int]]:
+    """Live (or zombie) direct children of each of `pids`, in one pass over /proc where needed."""
+    direct = {pid: _children_from_tasks(pid) for pid in pids}
+    if all(found is not None for found in direct.values()):
+        return {pid: found for pid, found in direct.items() if found is not None}
+    return _children_by_scan(pids)
+
+
+def children(pid: int) -> set[int]:
+    """Live (or zombie) direct children of `pid`."""
+    return children_of((pid,))[pid]

@@ -1,0 +1,305 @@
+"""The judge's handle on one runner process: spawning it sealed, commanding it, watching it.
+
+`RunnerProcess.spawn` starts `python -m kernelfoundry.evaluation.runner` through `launch_sandboxed`
+(kernelfoundry.sandbox when installed: scrubbed environment, no network, scratch-only writes, limits,
+its process group killed at the end; otherwise a plain subprocess in its own session with the same
+environment allow-list) with one end of the channel, in a fresh scratch folder deleted afterwards.
+`request` sends a command with a fresh nonce and returns the validated reply and the judge's own wall
+time of the round trip. Around every exchange it observes, from /proc, the CPU time the runner burnt
+while idle and any process the runner (or a daemon reparented to the judge) started. Every failure is
+an EvaluationFailure with its reason: timeout, crash (naming the signal), runner_protocol_violation,
+background_work, background_process, or the reason of a `failed` reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import kernelfoundry
+from kernelfoundry.evaluation import channel, messages, observation, reasons
+from kernelfoundry.evaluation.backends import Backend
+from kernelfoundry.evaluation.reasons import EvaluationFailure
+from kernelfoundry.evaluation.verification import check_idle_cpu
+
+STARTUP_TIMEOUT_S = 180.0
+LOG_TAIL_BYTES = 2000
+ENV_ALLOW = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "OMP_PROC_BIND",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+)
+MAX_OPEN_FILES = 4096
+
+
+def _signal_name(returncode: int | None) -> str:
+    if returncode is None:
+        return "an unknown cause"
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-returncode).name
+        return f"signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+class _PlainProcess:
+    """The stand-in for kernelfoundry.sandbox's process when that package is absent."""
+
+    def __init__(
+        self, argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...]
+    ) -> None:
+        self._popen = subprocess.Popen(
+            argv,
+            cwd=scratch,
+            env=env,
+            pass_fds=pass_fds,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+        self.pid = self._popen.pid
+        self.protections = ["own session", "scrubbed environment", "scratch working folder"]
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def kill_all(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout=30)
+
+    def leftovers(self) -> list[int]:
+        return []
+
+
+def launch_sandboxed(
+    argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...], gpu: bool
+) -> Any:
+    """Start the runner sealed; the one place that knows how (swap the sandbox here)."""
+    try:
+        from kernelfoundry.sandbox import SandboxPolicy, spawn_sandboxed  # type: ignore[import-not-found]
+    except ImportError:
+        return _PlainProcess(argv, scratch, env, pass_fds)
+    policy = SandboxPolicy(
+        scratch=scratch,
+        env_allow=(),
+        env_set=env,
+        memory_bytes=None,
+        max_processes=None,
+        max_open_files=MAX_OPEN_FILES,
+        cpu_seconds=None,
+        gpu=gpu,
+    )
+    return spawn_sandboxed(argv, policy, pass_fds=pass_fds)
+
+
+def runner_environment(scratch: Path) -> dict[str, str]:
+    """The allow-listed variables of this process, plus what the runner needs to import itself."""
+    env = {name: os.environ[name] for name in ENV_ALLOW if name in os.environ}
+    package_root = str(Path(kernelfoundry.__file__).resolve().parents[1])
+    env.update(
+        {
+            "PYTHONPATH": package_root,
+            "HOME": str(scratch),
+            "TMPDIR": str(scratch),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+class RunnerProcess:
+    """One runner: spawned before its candidate arrives, used for one candidate, then killed."""
+
+    def __init__(self, backend: Backend, device: str, program: tuple[str, ...] = ()) -> None:
+        """`program` replaces `python -m kernelfoundry.evaluation.runner` (tests plant hostile runners)."""
+        self.backend = backend
+        self.device = device
+        self.scratch = Path(tempfile.mkdtemp(prefix="kf-runner-"))
+        self.log_path = self.scratch / "runner.log"
+        self._sock, runner_end = channel.channel_pair()
+        self._nonce = messages.new_nonce()
+        argv = [
+            *(program or (sys.executable, "-m", "kernelfoundry.evaluation.runner")),
+            "--fd",
+            str(runner_end.fileno()),
+            "--device",
+            device,
+            "--nonce",
+            self._nonce,
+            "--log",
+            str(self.log_path),
+            *backend.runner_flags,
+        ]
+        try:
+            self.process = launch_sandboxed(
+                argv,
+                self.scratch,
+                runner_environment(self.scratch),
+                (runner_end.fileno(),),
+                gpu=backend.memory == "staged",
+            )
+        finally:
+            runner_end.close()
+        self.pid: int = self.process.pid
+        self.ready = False
+        self._cpu_at_reply: int | None = None
+        self._last_claim_ns = 0
+        self._last_op = "its start"
+        self._judge_children_before: set[int] = set()
+        self.closed = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Wait for the runner's greeting (torch imported, device initialised)."""
+        if self.ready:
+            return
+        try:
+            data = channel.receive(self._sock, time.monotonic() + timeout_s)
+            messages.parse_reply(data, "ready", self._nonce)
+        except (channel.ChannelClosed, channel.ChannelTimeout, channel.ChannelViolation) as exc:
+            raise EvaluationFailure(
+                reasons.WORKER_ERROR,
+                f"the runner did not start ({type(exc).__name__}): {self.log_tail()[-500:]}",
+            ) from exc
+        except messages.ProtocolViolation as exc:
+            raise EvaluationFailure(reasons.WORKER_ERROR, f"the runner's greeting was wrong: {exc}") from exc
+        self.ready = True
+        self._cpu_at_reply = observation.cpu_time_ns(self.pid)
+
+    def alive(self) -> bool:
+        return not self.closed and self.process.poll() is None
+
+    def begin_candidate(self, known_judge_children: set[int]) -> None:
+        """Processes of the judge that exist now are not the candidate's."""
+        self._judge_children_before = set(known_judge_children)
+
+    def log_tail(self) -> str:
+        with contextlib.suppress(OSError), open(self.log_path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
+            return log.read().decode("utf-8", "replace").strip()
+        return ""
+
+    def close(self) -> list[int]:
+        """Kill the runner's whole process group; the pids the sandbox saw left over."""
+        if self.closed:
+            return []
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        leftovers: list[int] = []
+        with contextlib.suppress(Exception):
+            self.process.kill_all()
+            leftovers = list(self.process.leftovers())
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        return leftovers
+
+    # ---- commands ----------------------------------------------------------------------------------
+    def _observe_idle(self) -> None:
+        if self._cpu_at_reply is None:
+            return
+        idle = observation.cpu_time_ns(self.pid) - self._cpu_at_reply
+        check_idle_cpu(idle, self._last_claim_ns, f"`{self._last_op}`")
+
+    def _observe_processes(self) -> None:
+        judge = os.getpid()
+        found = observation.children_of((self.pid, judge))
+        spawned = found[self.pid]
+        if spawned:
+            raise EvaluationFailure(
+                reasons.BACKGROUND_PROCESS,
+                f"the runner has {len(spawned)} child process(es) (pids {sorted(spawned)[:5]}): "
+                "a candidate may not start processes",
+            )
+        adopted = found[judge] - self._judge_children_before - {self.pid}
+        if adopted:
+            raise EvaluationFailure(
+                reasons.BACKGROUND_PROCESS,
+                f"{len(adopted)} process(es) that the runner started outlived their parent and were "
+                f"reparented to the judge (pids {sorted(adopted)[:5]})",
+            )
+
+    def _dead(self, during: str) -> EvaluationFailure:
+        code = self.process.wait(timeout=10)
+        tail = self.log_tail()
+        if code is None:
+            self.close()
+            return EvaluationFailure(
+                reasons.RUNNER_PROTOCOL_VIOLATION,
+                f"the runner closed its channel during {during} while alive",
+            )
+        message = f"the runner died with {_signal_name(code)} during {during}"
+        if self.backend.memory == "shared" and code in (-signal.SIGSEGV, -signal.SIGBUS):
+            message += " (inputs and parameters are mapped read-only: a write to one ends here)"
+        if tail:
+            message += f"; its last output: {tail[-500:]}"
+        self.close()
+        return EvaluationFailure(reasons.CRASH, message)
+
+    def request(
+        self, op: str, expected: str, deadline: float, fds: tuple[int, ...] = (), **fields: Any
+    ) -> tuple[Any, int]:
+        """Send one command and return (validated reply, judge wall time of the round trip in ns)."""
+        if self.closed:
+            raise EvaluationFailure(reasons.WORKER_ERROR, f"command `{op}` sent to a closed runner")
+        self._observe_idle()
+        nonce = messages.new_nonce()
+        during = f"`{op}`"
+        started = time.perf_counter_ns()
+        try:
+            channel.send(self._sock, messages.command(op, nonce, **fields), fds)
+            data = channel.receive(self._sock, deadline)
+            wall = time.perf_counter_ns() - started
+            self._cpu_at_reply = observation.cpu_time_ns(self.pid)
+            reply = messages.parse_reply(data, expected, nonce)
+            if channel.pending(self._sock):
+                raise channel.ChannelViolation("a second message followed the reply")
+        except channel.ChannelTimeout:
+            self.close()
+            raise EvaluationFailure(
+                reasons.TIMEOUT, f"the runner did not answer {during} before the deadline; it was killed"
+            ) from None
+        except channel.ChannelClosed:
+            raise self._dead(during) from None
+        except (channel.ChannelViolation, messages.ProtocolViolation) as exc:
+            self.close()
+            raise EvaluationFailure(reasons.RUNNER_PROTOCOL_VIOLATION, f"after {during}: {exc}") from None
+        self._last_op = op
+        self._last_claim_ns = int(getattr(reply, "claimed_ns", 0))
+        if isinstance(reply, messages.Failed):
+            self.close()
+            raise EvaluationFailure(reply.reason, reply.message)
+        self._observe_processes()
+        return reply, wall
+
+    def socket(self) -> socket.socket:
+        return self._sock

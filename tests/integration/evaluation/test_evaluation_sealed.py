@@ -1,0 +1,105 @@
+"""The sealed evaluation: hostile runners and units are caught with their own reasons, and the judge
+never holds candidate code. Hostile runners (fake_runner.py) are the real runner with one behaviour
+changed; they are driven by the judge's engine in this process, like the judge process does."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from evaluation_fixtures import FAST, FMA, Units, task
+
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.evaluation import EvaluationRequest, EvaluationWorker, reasons
+from kernelfoundry.evaluation.backends import backend_for_device
+from kernelfoundry.evaluation.engine import run_evaluation
+from kernelfoundry.evaluation.runner_client import RunnerProcess
+from kernelfoundry.tasks.model import ShapeVariant
+from kernelfoundry.toolchains import BuildTarget, build
+
+HERE = Path(__file__).resolve().parent
+ATTACKS = HERE / "attacks"
+# About a millisecond per call: large enough that a forged claim is far below the judge's estimate.
+FMA_1M = task("fused_mul_add", ShapeVariant("n1m", {"N": 1 << 20}))
+
+
+def judge(request: EvaluationRequest, fake: str = "") -> str | None:
+    program = (sys.executable, str(HERE / "fake_runner.py"), fake) if fake else ()
+    report, _ = run_evaluation(request, lambda: RunnerProcess(backend_for_device("cpu"), "cpu", program))
+    assert not report.correct or report.reason is None
+    return report.reason if not report.correct else None
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("forge_high", reasons.TIMING_FORGED),
+        ("oversized", reasons.RUNNER_PROTOCOL_VIOLATION),
+        ("not_json", reasons.RUNNER_PROTOCOL_VIOLATION),
+        ("wrong_nonce", reasons.RUNNER_PROTOCOL_VIOLATION),
+        ("extra_message", reasons.RUNNER_PROTOCOL_VIOLATION),
+        ("unknown_field", reasons.RUNNER_PROTOCOL_VIOLATION),
+        ("busy_after_reply", reasons.BACKGROUND_WORK),
+        ("child_process", reasons.BACKGROUND_PROCESS),
+    ],
+)
+def test_hostile_runner_is_caught(mode: str, reason: str, units: Units) -> None:
+    assert judge(units.request("good_fma"), mode) == reason
+
+
+def test_daemon_reparented_to_the_judge_is_caught(units: Units) -> None:
+    """Only a subreaper sees a double-forked daemon: the judge process is one (judge.harden)."""
+    with EvaluationWorker("cpu", cpu_threads=2) as sealed:
+        source = KernelSource("cpp", (ATTACKS / "fork_daemon.cpp").read_text())
+        request = EvaluationRequest(FMA, source, units_artifact(units, "fork_daemon"), "cpu", FAST)
+        assert sealed.evaluate(request).reason == reasons.BACKGROUND_PROCESS
+
+
+def units_artifact(units: Units, name: str) -> Path:
+    result = build(
+        KernelSource("cpp", (ATTACKS / f"{name}.cpp").read_text()), BuildTarget("cpu", "x86_64"), units.cache
+    )
+    assert result.ok and result.artifact is not None, result.log
+    return result.artifact
+
+
+def test_forged_low_claims_fail_the_cross_check(units: Units) -> None:
+    assert judge(units.request("good_fma", FMA_1M), "forge_low") == reasons.TIMING_MISMATCH
+
+
+def test_honest_runner_passes_the_same_checks(units: Units) -> None:
+    assert judge(units.request("good_fma", FMA_1M)) is None
+
+
+@pytest.fixture(scope="module")
+def attack_units(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[KernelSource, Path]]]:
+    out = tmp_path_factory.mktemp("attacks")
+    built = {}
+    for path in sorted(ATTACKS.glob("*.cpp")):
+        source = KernelSource("cpp", path.read_text())
+        result = build(source, BuildTarget("cpu", "x86_64"), None, out_dir=out / path.stem)
+        assert result.ok and result.artifact is not None, result.log
+        built[path.stem] = (source, result.artifact)
+    yield built
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in ATTACKS.glob("*.cpp")))
+def test_attacking_unit_is_caught_by_a_worker_that_keeps_serving(
+    name: str, attack_units: dict[str, tuple[KernelSource, Path]], units: Units, worker: EvaluationWorker
+) -> None:
+    source, artifact = attack_units[name]
+    expected = source.code.splitlines()[0].split("expect:", 1)[1].split()[0]
+    report = worker.evaluate(EvaluationRequest(FMA, source, artifact, "cpu", FAST))
+    assert report.reason == expected, report.message
+    assert worker.evaluate(units.request("good_fma")).correct
+
+
+def test_judge_is_hardened_and_never_maps_a_unit(units: Units, worker: EvaluationWorker) -> None:
+    assert worker.evaluate(units.request("good_fma")).correct
+    assert {"not dumpable", "child subreaper"} <= set(worker.judge_protections)
+    judge_pid = worker.child_pid
+    maps = Path(f"/proc/{judge_pid}/maps").read_text()
+    artifact = units.artifact("good_fma")
+    assert artifact.name not in maps and "kf-unit-" not in maps
