@@ -18,6 +18,7 @@ import re
 
 from kernelfoundry.domain.descriptors import Descriptors, classify
 from kernelfoundry.domain.kernel import KernelSource, Tunable, TunableValue
+from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
@@ -26,6 +27,8 @@ from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph
 from kernelfoundry.generators.heuristic.layout import channels_last_source
+from kernelfoundry.generators.heuristic.opkernels import op_kernel
+from kernelfoundry.generators.heuristic.opkernels_code import op_unit
 from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.variant import Variant
 
@@ -130,7 +133,7 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         graph, _ = fold_affine_tails(graph)
     parts = partition(graph, fuse)
     if not parts:
-        raise UnsupportedGraph("the reference has no operation a generated kernel could compute")
+        return _op_kernel_source(graph, backend, header)
     if backend == "cpu":
         code = CpuEmitter(graph, variant).unit(parts, header)
         language = "cpp"
@@ -147,4 +150,21 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
     entry = parts[0].entry_point
     return KernelSource(
         language=language, code=code, entry_point=entry, glue=glue, tunables=parse_tunables(code)
+    )
+
+
+def _op_kernel_source(graph: Graph, backend: str, header: list[str]) -> KernelSource:
+    """Nothing between the torch ops could be generated: generate the torch ops an op-kernel family
+    covers (opkernels.py), so that the candidate launches a kernel of its own."""
+    kept = [n for n in graph.nodes if n.kind in KEPT_IN_TORCH]
+    found = [(n, op_kernel(graph, n)) for n in kept]
+    kernels = [(k, f"kf_op{i}") for i, k in enumerate(k for _, k in found if k is not None)]
+    if not kernels:
+        ops = ", ".join(f"operator `{n.op}` at node `{n.name}`" for n in kept if n.fx_node is not None)
+        raise UnsupportedGraph(f"the proposer does not support {ops or 'this reference'}")
+    language = "cpp" if backend == "cpu" else "cuda"
+    code = op_unit(kernels, backend, header)
+    glue = glue_source(graph, [], ops={k.node: (k, entry) for k, entry in kernels})
+    return KernelSource(
+        language=language, code=code, entry_point=kernels[0][1], glue=glue, tunables=parse_tunables(code)
     )

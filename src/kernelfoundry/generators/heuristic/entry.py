@@ -59,6 +59,8 @@ def entry_point(
         " return KF_ERR_BAD_ARGUMENTS;"
     )
     for i, name in enumerate(part.inputs):
+        if name in graph.opaque:
+            continue  # an integer buffer (BatchNorm's num_batches_tracked) the kernel never reads
         w(f"  kf_shape {shp(name)};")
         w(
             f"  if (!kf_tensor_ok(&inputs[{i}]) || !kf_shape_of(&inputs[{i}], &{shp(name)}))"

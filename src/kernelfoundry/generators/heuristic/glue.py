@@ -10,12 +10,14 @@ Pure string building; torch is only touched to read module types.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.entry import reduce_range
 from kernelfoundry.generators.heuristic.fold import folded_call
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.opkernels import GLUE_HELPERS, OpKernel
 from kernelfoundry.generators.heuristic.plan import Part
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "matmul": "@", "pow": "**", "floordiv": "//"}
@@ -48,9 +50,17 @@ def _modules_to_recreate(graph: Graph) -> list[str]:
     return leaves
 
 
-def glue_source(graph: Graph, parts: list[Part], channels_last: frozenset[str] = frozenset()) -> str:
-    """ModelNew; heavy ops named in `channels_last` run on an NHWC input and reach their part as NHWC."""
-    lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", _HELPERS, ""]
+def glue_source(
+    graph: Graph,
+    parts: list[Part],
+    channels_last: frozenset[str] = frozenset(),
+    ops: Mapping[str, tuple[OpKernel, str]] | None = None,
+) -> str:
+    """ModelNew; heavy ops named in `channels_last` run on an NHWC input and reach their part as NHWC;
+    nodes named in `ops` launch their generated op kernel (entry) instead of running in torch."""
+    ops = ops or {}
+    helpers = [_HELPERS, GLUE_HELPERS] if ops else [_HELPERS]
+    lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", *helpers, ""]
     lines += [
         "class ModelNew(nn.Module):",
         "    def __init__(self, *init_inputs):",
@@ -84,8 +94,13 @@ def glue_source(graph: Graph, parts: list[Part], channels_last: frozenset[str] =
     part_of = {n.name: p for p in parts for n in p.nodes}
     emitted: set[str] = set()
     for n in graph.nodes:
+        if n.name in ops:
+            lines += _op_launch(n.name, *ops[n.name], expr)
+            expr[n.name] = n.name
+            continue
         if n.kind in KEPT_IN_TORCH:
-            src = graph.aliases.get(n.fx_node.args[0].name, n.fx_node.args[0].name)
+            first = n.fx_node.args[0] if n.fx_node.args else None
+            src = graph.aliases.get(first.name, first.name) if hasattr(first, "name") else ""
             call_expr = dict(expr)
             if n.name in channels_last:
                 lines.append(
@@ -119,6 +134,20 @@ def glue_source(graph: Graph, parts: list[Part], channels_last: frozenset[str] =
     rets = [expr[o] for o in graph.outputs]
     lines.append(f"        return {rets[0] if len(rets) == 1 else '(' + ', '.join(rets) + ')'}")
     return "\n".join(lines) + "\n"
+
+
+def _op_launch(name: str, kernel: OpKernel, entry: str, expr: dict[str, str]) -> list[str]:
+    """Allocate an op kernel's output from its inputs' shapes, launch it, apply its cast."""
+    shapes = [f"tuple({expr[i]}.shape)" for i in kernel.inputs]
+    ins = ", ".join(f"{expr[i]}.contiguous()" for i in kernel.inputs)
+    lines = [
+        f"        {name} = torch.empty({kernel.out_shape.format(*shapes)}, dtype=torch.float32,"
+        f" device={expr[kernel.inputs[0]]}.device)",
+        f"        kf.launch({entry!r}, [{ins}], [{name}])",
+    ]
+    if kernel.cast:
+        lines.append(f"        {name} = {name}{kernel.cast}")
+    return lines
 
 
 def _py_shape(graph: Graph, name: str, expr: dict[str, str]) -> str:
@@ -166,6 +195,8 @@ def _torch_call(graph: Graph, fx_node: Any, expr: dict[str, str]) -> str:
         return f"{args[0]}.{fx_node.target}({', '.join(args[1:] + kwargs)})"
     qual = _get_qualified_name(fx_node.target)
     short = qual.rsplit(".", 1)[-1]
+    if fx_node.target is getattr and len(args) == 2 and isinstance(fx_node.args[1], str):
+        return f"{args[0]}.{fx_node.args[1]}"
     if qual.startswith("_operator."):
         if short in _INFIX and len(args) == 2:
             return f"({args[0]} {_INFIX[short]} {args[1]})"

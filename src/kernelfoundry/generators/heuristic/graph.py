@@ -66,6 +66,8 @@ class Graph:
     shapes: dict[str, Shape]
     modules: Mapping[str, Any] = field(default_factory=dict)  # qualname -> nn.Module, for glue
     aliases: Mapping[str, str] = field(default_factory=dict)  # fx names of identity ops -> their value
+    # values that are not float32 tensors (integer / bool inputs, indices, sizes): only torch reads them
+    opaque: frozenset[str] = frozenset()
 
     def node(self, name: str) -> OpNode | None:
         for n in self.nodes:
@@ -169,13 +171,16 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
         values.append(Value(name, "buffer", offset + j, tuple(b.shape), q))
         shapes[name] = tuple(b.shape)
         qual_to_name[q] = name
-    for v in values:
-        if v.kind == "input" and inputs[v.index].dtype != torch.float32:
-            raise UnsupportedGraph(
-                f"input `{v.name}` has dtype {inputs[v.index].dtype}; only float32 is supported"
-            )
+    # Integer / bool inputs (class indices, masks) are only read by ops kept in torch.
+    opaque: set[str] = {
+        v.name for v in values if v.kind == "input" and inputs[v.index].dtype != torch.float32
+    }
+    opaque |= {qual_to_name[q] for q, t in [*params, *buffers] if t.dtype != torch.float32}
 
     nodes: list[OpNode] = []
+    pairs: dict[
+        str, tuple[Any, str]
+    ] = {}  # torch.max / min with a dim: (values, indices) taken apart by getitem
     alias: dict[str, str] = {}  # identity ops (dropout in eval, get_attr of a parameter) resolve to a value
     outputs: list[str] = []
 
@@ -194,9 +199,32 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
             raise UnsupportedGraph(f"node `{n.name}` ({op}) does not produce a single tensor")
         if meta.dtype != torch.float32:
             raise UnsupportedGraph(f"node `{n.name}` ({op}) produces {meta.dtype}; only float32 is supported")
+        if any(isinstance(a, Ref) and a.name in opaque for a in args):
+            raise UnsupportedGraph(f"node `{n.name}` ({op}) reads a value that is not a float32 tensor")
         shp = tuple(meta.shape)
         kind = classify_op(op)
         nodes.append(OpNode(n.name, op, kind, tuple(args), dict(attrs or {}), shp, n))
+        shapes[n.name] = shp
+
+    def synth(name: str, op: str, args: Sequence[Operand], attrs: Mapping[str, Any], shp: Shape) -> Ref:
+        """A node no fx node stands for (a loss's parts): generated, never replayed alone by torch."""
+        if name in shapes:
+            raise UnsupportedGraph(f"node name `{name}` is taken")
+        nodes.append(OpNode(name, op, classify_op(op), tuple(args), dict(attrs), tuple(shp), None))
+        shapes[name] = tuple(shp)
+        return Ref(name)
+
+    def add_torch(n: Any, op: str) -> None:
+        """The node stays in torch (the glue replays it): any op, any result (tuples, sizes, ints)."""
+        meta = n.meta.get("tensor_meta")
+        is_float = meta is not None and hasattr(meta, "shape") and meta.dtype == torch.float32
+        shp = tuple(meta.shape) if is_float else ()
+        if not is_float:
+            opaque.add(n.name)
+        kind = classify_op(op)
+        kind = kind if kind in KEPT_IN_TORCH else "other"
+        refs = tuple(Ref(alias.get(a.name, a.name)) for a in n.all_input_nodes)
+        nodes.append(OpNode(n.name, op, kind, refs, {}, shp, n))
         shapes[n.name] = shp
 
     for n in gm.graph.nodes:
@@ -216,47 +244,105 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
                 continue
             raise UnsupportedGraph(f"attribute `{n.target}` is neither a parameter nor a buffer")
         if n.op == "call_module":
-            _lower_module(n, modules[n.target], qual_to_name, ref, add, alias)
+            try:
+                _lower_module(n, modules[n.target], qual_to_name, ref, add, alias, synth, shapes)
+            except UnsupportedGraph:
+                add_torch(n, _module_op(modules[n.target]))
             continue
         op = n.target if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
         op = _CANONICAL.get(op, op)
-        bound = _bind(op, n.args, n.kwargs)
-        if op in ("dropout", "contiguous", "clone", "detach") or (op == "to" and n.op == "call_method"):
-            alias[n.name] = alias.get(n.args[0].name, n.args[0].name)
+        if op in ("max", "min") and _has_dim(n):
+            # torch.max(x, dim) is a (values, indices) pair: the getitem that takes one lowers it
+            pairs[n.name] = (n, op)
+            add_torch(n, op)
             continue
-        tensor_args = [a for a in n.args if isinstance(a, torch.fx.Node | int | float)]
-        kind = classify_op(op)
-        if kind == "pointwise":
-            attrs = {k: v for k, v in bound.items() if k != "input" and not k.startswith("arg")}
-            if op in ("add", "sub", "mul", "div", "truediv", "maximum", "minimum", "rsub"):
-                if "alpha" in n.kwargs:
-                    raise UnsupportedGraph(f"`{op}` with alpha is not supported")
-                operands = [ref(a) for a in n.args[:2]]
-                if "other" in n.kwargs:
-                    operands.append(ref(n.kwargs["other"]))
-                add(n, op, operands, {})
-            elif op == "pow":
-                exponent = bound.get("exponent", bound.get("arg1"))
-                if not isinstance(exponent, int | float):
-                    raise UnsupportedGraph("pow with a tensor exponent is not supported")
-                add(n, op, [ref(n.args[0])], {"exponent": float(exponent)})
-            else:
-                add(n, op, [ref(n.args[0])], attrs)
-        elif kind in ("reduction", "rowop"):
-            attrs = {k: v for k, v in bound.items() if k != "input"}
-            extra: list[Operand] = []
-            if op in ("layer_norm", "group_norm"):
-                for key in ("weight", "bias"):
-                    w = attrs.pop(key, None)
-                    attrs["has_" + key] = w is not None
-                    if w is not None:
-                        extra.append(ref(w))
-            add(n, op, [ref(n.args[0]), *extra], attrs)
-        elif kind in KEPT_IN_TORCH:
-            add(n, op, [ref(a) for a in tensor_args if isinstance(a, torch.fx.Node)], {})
+        if op == "getitem" and isinstance(n.args[0], torch.fx.Node) and n.args[0].name in pairs:
+            try:
+                _lower_pair_item(n, *pairs[n.args[0].name], ref, add)
+            except UnsupportedGraph:
+                add_torch(n, op)
+            continue
+        try:
+            _lower_call(n, op, ref, add, alias, synth, shapes)
+        except UnsupportedGraph:
+            add_torch(n, op)
+    return Graph(values, nodes, outputs, shapes, modules, alias, frozenset(opaque))
+
+
+def _has_dim(n: Any) -> bool:
+    """torch.max / min with a dimension (a pair result), not of one tensor or of two tensors."""
+    import torch
+
+    dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
+    return isinstance(dim, int) and not isinstance(dim, torch.fx.Node)
+
+
+def _lower_pair_item(n: Any, pair: Any, pair_op: str, ref: Any, add: Any) -> None:
+    """`torch.max(x, d)[0]` -> amax over d, `[1]` -> argmax over d (likewise min)."""
+    index = n.args[1]
+    dim = pair.kwargs.get("dim", pair.args[1] if len(pair.args) > 1 else None)
+    keep = bool(pair.kwargs.get("keepdim", pair.args[2] if len(pair.args) > 2 else False))
+    base = "amax" if pair_op == "max" else "amin"
+    if index == 0:
+        add(n, base, [ref(pair.args[0])], {"dim": dim, "keepdim": keep})
+    else:
+        raise UnsupportedGraph(f"`{pair.name}[{index}]` (indices) stays in torch")
+
+
+def _module_op(mod: Any) -> str:
+    return _pooling_op(type(mod).__name__) or "module"
+
+
+def _lower_call(
+    n: Any, op: str, ref: Any, add: Any, alias: dict[str, str], synth: Any, shapes: dict[str, Shape]
+) -> None:
+    """One call_function / call_method node; UnsupportedGraph sends it to torch."""
+    from kernelfoundry.generators.heuristic.losses import LOSSES, decompose_loss
+
+    if op in LOSSES:
+        names = ("input", "target", "size_average", "reduce", "reduction", "beta")
+        if op == "huber_loss":
+            names = ("input", "target", "reduction", "delta")
+        settings = dict(zip(names, n.args, strict=False))
+        settings.update(n.kwargs)
+        if settings.get("size_average") is not None or settings.get("reduce") is not None:
+            raise UnsupportedGraph(f"`{n.name}`: legacy reduction arguments")
+        operands = [ref(settings["input"]), ref(settings["target"])]
+        decompose_loss(n.name, op, operands, shapes, settings, synth, lambda *a: add(n, "mean", *a[1:]))
+        return
+    bound = _bind(op, n.args, n.kwargs)
+    if op in ("dropout", "contiguous", "clone", "detach") or (op == "to" and n.op == "call_method"):
+        alias[n.name] = alias.get(n.args[0].name, n.args[0].name)
+        return
+    kind = classify_op(op)
+    if kind == "pointwise":
+        attrs = {k: v for k, v in bound.items() if k != "input" and not k.startswith("arg")}
+        if op in ("add", "sub", "mul", "div", "truediv", "maximum", "minimum", "rsub"):
+            if "alpha" in n.kwargs:
+                raise UnsupportedGraph(f"`{op}` with alpha is not supported")
+            operands = [ref(a) for a in n.args[:2]]
+            if "other" in n.kwargs:
+                operands.append(ref(n.kwargs["other"]))
+            add(n, op, operands, {})
+        elif op == "pow":
+            exponent = bound.get("exponent", bound.get("arg1"))
+            if not isinstance(exponent, int | float):
+                raise UnsupportedGraph("pow with a tensor exponent is not supported")
+            add(n, op, [ref(n.args[0])], {"exponent": float(exponent)})
         else:
-            raise UnsupportedGraph(f"operation `{op}` is not supported")
-    return Graph(values, nodes, outputs, shapes, modules, alias)
+            add(n, op, [ref(n.args[0])], attrs)
+    elif kind in ("reduction", "rowop"):
+        attrs = {k: v for k, v in bound.items() if k != "input"}
+        extra: list[Operand] = []
+        if op in ("layer_norm", "group_norm"):
+            for key in ("weight", "bias"):
+                w = attrs.pop(key, None)
+                attrs["has_" + key] = w is not None
+                if w is not None:
+                    extra.append(ref(w))
+        add(n, op, [ref(n.args[0]), *extra], attrs)
+    else:
+        raise UnsupportedGraph(f"operation `{op}` stays in torch")
 
 
 # Aliases that name the same computation.
@@ -278,11 +364,47 @@ _CANONICAL: dict[str, str] = {
 
 
 def _lower_module(
-    n: Any, mod: Any, qual_to_name: dict[str, str], ref: Any, add: Any, alias: dict[str, str]
+    n: Any,
+    mod: Any,
+    qual_to_name: dict[str, str],
+    ref: Any,
+    add: Any,
+    alias: dict[str, str],
+    synth: Any,
+    shapes: dict[str, Shape],
 ) -> None:
     from torch import nn
 
+    from kernelfoundry.generators.heuristic.losses import decompose_loss
+
     x = ref(n.args[0]) if n.args else None
+    pname = lambda attr: Ref(qual_to_name[f"{n.target}.{attr}"])  # noqa: E731
+    losses = {
+        nn.SmoothL1Loss: "smooth_l1_loss",
+        nn.HuberLoss: "huber_loss",
+        nn.MSELoss: "mse_loss",
+        nn.TripletMarginLoss: "triplet_margin_loss",
+    }
+    if type(mod) in losses:
+        if n.kwargs:
+            raise UnsupportedGraph(f"`{n.name}`: keyword arguments to a loss module")
+        settings = {
+            k: getattr(mod, k)
+            for k in ("reduction", "beta", "delta", "margin", "p", "eps", "swap")
+            if hasattr(mod, k)
+        }
+        final = lambda *a: add(n, "mean", *a[1:])  # noqa: E731
+        decompose_loss(n.name, losses[type(mod)], [ref(a) for a in n.args], shapes, settings, synth, final)
+        return
+    if isinstance(mod, nn.InstanceNorm1d | nn.InstanceNorm2d | nn.InstanceNorm3d) and (
+        not mod.track_running_stats
+    ):
+        # instance norm is group norm with one channel per group
+        channels = n.meta["tensor_meta"].shape[1]
+        extra = [pname("weight"), pname("bias")] if mod.affine else []
+        attrs = {"num_groups": channels, "eps": mod.eps, "has_weight": mod.affine, "has_bias": mod.affine}
+        add(n, "group_norm", [x, *extra], attrs)
+        return
     pname = lambda attr: Ref(qual_to_name[f"{n.target}.{attr}"])  # noqa: E731
     simple = {
         nn.ReLU: "relu",

@@ -38,6 +38,7 @@ from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.generators.heuristic.settle import settle
 from kernelfoundry.generators.heuristic.variant import Variant, parse_variant
 from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.model import Task, TaskError
@@ -233,6 +234,18 @@ def _pick_mutation(request: GenerationRequest, rng: random.Random) -> str:
     return rng.choices(list(weights), weights=list(weights.values()))[0]
 
 
+def source_or_fallback(
+    graph: Graph, task: str, backend: str, variant: Variant
+) -> tuple[KernelSource, Variant, str]:
+    """The variant's source, or the fused default's where the emitters cannot write that variant for
+    this graph (the settled graph always generates the default); the third item says why."""
+    try:
+        return generate_source(graph, task, backend, variant), variant, ""
+    except Exception as exc:  # an emitter limit for one strategy: fall back, keep the request alive
+        note = f"fell back to the fused variant: {type(exc).__name__}: {exc}"
+        return generate_source(graph, task, backend, Variant()), Variant(), note
+
+
 class HeuristicGenerator:
     """Generator implementation; `generate` is async for the interface, the work is synchronous."""
 
@@ -243,6 +256,7 @@ class HeuristicGenerator:
 
     def __init__(self) -> None:
         self._graphs: OrderedDict[tuple[str, str], Graph] = OrderedDict()
+        self._settled: OrderedDict[tuple[str, str, str], Graph] = OrderedDict()
 
     def graph(self, task: Task) -> Graph:
         key = (task.name, task.reference_source)
@@ -254,15 +268,32 @@ class HeuristicGenerator:
                 self._graphs.popitem(last=False)
         return self._graphs[key]
 
+    def settled(self, task: Task, backend: str) -> Graph:
+        """The task's graph settled for `backend` (settle.py: what no emitter writes stays in torch)."""
+        key = (task.name, task.reference_source, backend)
+        if key in self._settled:
+            self._settled.move_to_end(key)
+        else:
+            self._settled[key] = settle(self.graph(task), task.name, backend)
+            while len(self._settled) > self.MAX_GRAPHS:
+                self._settled.popitem(last=False)
+        return self._settled[key]
+
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         return self.generate_sync(request)
 
     def generate_sync(self, request: GenerationRequest) -> GenerationResult:
         try:
-            graph = self.graph(request.task)
+            graph = self.settled(request.task, request.backend)
             candidates = list(self._propose(graph, request))
         except TaskError as exc:
             return GenerationResult((), GenerationUsage(), NAME, error=exc.reason, message=exc.message)
+        except Exception as exc:  # a proposer bug must cost one request, never the llm service
+            message = f"the proposer failed on `{request.task.name}`: {type(exc).__name__}: {exc}"
+            return GenerationResult((), GenerationUsage(), NAME, error="generator_error", message=message)
+        if not candidates:
+            message = f"the proposer generated no candidate for `{request.task.name}`"
+            return GenerationResult((), GenerationUsage(), NAME, error="unsupported", message=message)
         return GenerationResult(tuple(candidates[: request.count]), GenerationUsage(), NAME)
 
     def _propose(self, graph: Graph, request: GenerationRequest) -> Iterable[GeneratedCandidate]:
@@ -274,7 +305,9 @@ class HeuristicGenerator:
         def candidate(
             variant: Variant, mutation: str, why: str, src: KernelSource | None = None
         ) -> GeneratedCandidate:
-            src = src or generate_source(graph, task, backend, variant)
+            if src is None:
+                src, variant, fallback = source_or_fallback(graph, task, backend, variant)
+                why = f"{why} ({fallback})" if fallback else why
             return GeneratedCandidate(
                 src, descriptors_for(graph, backend, variant, src, ref_ops), mutation, why
             )
@@ -333,7 +366,7 @@ class HeuristicGenerator:
     @staticmethod
     def _keep_params(graph: Graph, task: str, variant: Variant, request: GenerationRequest) -> KernelSource:
         assert request.parent is not None
-        src = generate_source(graph, task, request.backend, variant)
+        src, _, _ = source_or_fallback(graph, task, request.backend, variant)
         if request.parent.source.params:
             known = {t.name for t in src.tunables}
             kept = {k: v for k, v in request.parent.source.params.items() if k in known}

@@ -1,0 +1,438 @@
+"""C++ / CUDA text of the op kernels (see opkernels.py): a unit of `kf_opN` entry points.
+
+Each family is a parameter struct and one `KF_HD` item function shared by both backends; the CPU
+entry runs the items under `omp parallel for` (ISA-dispatched like every CPU entry), the CUDA entry
+launches a grid-stride kernel on the given stream. Pure string building; never compiles.
+"""
+
+from __future__ import annotations
+
+from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH
+from kernelfoundry.generators.heuristic.graph import UnsupportedGraph
+from kernelfoundry.generators.heuristic.opkernels import OpKernel
+from kernelfoundry.generators.heuristic.prelude import PRELUDE
+
+_COMMON = r"""
+KF_HD int64_t kf_cdiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+KF_HD int64_t kf_clampi(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+/* Spatial dims of an N-d tensor (N = 2 + dims) as (d, h, w), 1 in front. */
+static inline void kf_spatial3(const kf_tensor* t, int dims, int64_t* s) {
+  for (int i = 0; i < 3; ++i) s[i] = 1;
+  for (int i = 0; i < dims; ++i) s[3 - dims + i] = t->shape[t->ndim - dims + i];
+}
+"""
+
+
+def _ints(values: tuple[int, ...]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _matmul(k: OpKernel, e: str) -> tuple[str, str, str]:
+    struct = (
+        f"typedef struct {{ const float* a; const float* b; float* o; int64_t M, N, K; int nb;"
+        f" int64_t od[6], as[6], bs[6]; }} {e}_p;"
+    )
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+  int64_t m = row % p.M, b = row / p.M, ao = 0, bo = 0;
+  for (int d = p.nb - 1; d >= 0; --d) {{
+    const int64_t i = b % p.od[d];
+    b /= p.od[d];
+    ao += i * p.as[d];
+    bo += i * p.bs[d];
+  }}
+  const float* a = p.a + ao + m * p.K;
+  const float* bm = p.b + bo;
+  float* o = p.o + row * p.N;
+  for (int64_t n = 0; n < p.N; ++n) o[n] = 0.0f;
+  for (int64_t kk = 0; kk < p.K; ++kk) {{
+    const float av = a[kk];
+    const float* br = bm + kk * p.N;
+#ifndef __CUDACC__
+#pragma omp simd
+#endif
+    for (int64_t n = 0; n < p.N; ++n) o[n] += av * br[n];
+  }}
+}}"""
+    setup = f"""  const kf_tensor *A = &inputs[0], *B = &inputs[1];
+  if (A->ndim < 2 || B->ndim < 2 || out->ndim < 2 || out->ndim - 2 > 6) return KF_ERR_UNSUPPORTED;
+  {e}_p p;
+  p.a = KF_DATA(const float, A); p.b = KF_DATA(const float, B); p.o = KF_DATA(float, out);
+  p.M = A->shape[A->ndim - 2]; p.K = A->shape[A->ndim - 1]; p.N = B->shape[B->ndim - 1];
+  if (B->shape[B->ndim - 2] != p.K || out->shape[out->ndim - 2] != p.M || out->shape[out->ndim - 1] != p.N)
+    return KF_ERR_BAD_ARGUMENTS;
+  p.nb = out->ndim - 2;
+  int64_t sa = p.M * p.K, sb = p.K * p.N;
+  for (int d = p.nb - 1; d >= 0; --d) {{
+    int ia = A->ndim - 2 - (p.nb - d), ib = B->ndim - 2 - (p.nb - d);
+    int64_t da = ia >= 0 ? A->shape[ia] : 1, db = ib >= 0 ? B->shape[ib] : 1;
+    p.od[d] = out->shape[d];
+    p.as[d] = da == 1 ? 0 : sa; p.bs[d] = db == 1 ? 0 : sb;
+    sa *= da; sb *= db;
+  }}
+  int64_t items = kf_numel(out) / (p.N > 0 ? p.N : 1);"""
+    return struct, item, setup
+
+
+def _linear(k: OpKernel, e: str) -> tuple[str, str, str]:
+    struct = (
+        f"typedef struct {{ const float* x; const float* w; const float* b; float* o; int64_t N, K; }} {e}_p;"
+    )
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+  const float* x = p.x + row * p.K;
+  float* o = p.o + row * p.N;
+  for (int64_t n = 0; n < p.N; ++n) {{
+    const float* w = p.w + n * p.K;
+    float acc = 0.0f;
+#ifndef __CUDACC__
+#pragma omp simd reduction(+:acc)
+#endif
+    for (int64_t kk = 0; kk < p.K; ++kk) acc += x[kk] * w[kk];
+    o[n] = acc + (p.b ? p.b[n] : 0.0f);
+  }}
+}}"""
+    bias = "KF_DATA(const float, &inputs[2])" if k.params["bias"] else "0"
+    setup = f"""  const kf_tensor *X = &inputs[0], *W = &inputs[1];
+  if (W->ndim != 2 || X->ndim < 1) return KF_ERR_UNSUPPORTED;
+  {e}_p p;
+  p.x = KF_DATA(const float, X); p.w = KF_DATA(const float, W); p.b = {bias}; p.o = KF_DATA(float, out);
+  p.N = W->shape[0]; p.K = W->shape[1];
+  if (X->shape[X->ndim - 1] != p.K || out->shape[out->ndim - 1] != p.N) return KF_ERR_BAD_ARGUMENTS;
+  int64_t items = kf_numel(X) / (p.K > 0 ? p.K : 1);"""
+    return struct, item, setup
+
+
+_CONV_FIELDS = (
+    "const float* x; const float* w; const float* b; float* o; int64_t N, C, CO, G;"
+    " int64_t in[3], out[3], k[3], s[3], pd[3], dl[3];"
+)
+
+
+def _conv_setup(k: OpKernel, e: str) -> str:
+    p = k.params
+    bias = "KF_DATA(const float, &inputs[2])" if p["bias"] else "0"
+    return f"""  const kf_tensor *X = &inputs[0], *W = &inputs[1];
+  const int dims = {p["dims"]};
+  if (X->ndim != 2 + dims || W->ndim != 2 + dims || out->ndim != 2 + dims) return KF_ERR_UNSUPPORTED;
+  {e}_p p;
+  p.x = KF_DATA(const float, X); p.w = KF_DATA(const float, W); p.b = {bias}; p.o = KF_DATA(float, out);
+  p.N = X->shape[0]; p.C = X->shape[1]; p.CO = out->shape[1]; p.G = {p["groups"]};
+  kf_spatial3(X, dims, p.in); kf_spatial3(out, dims, p.out); kf_spatial3(W, dims, p.k);
+  const int64_t s[3] = {{{_ints(p["stride"])}}}, pd[3] = {{{_ints(p["padding"])}}};
+  const int64_t dl[3] = {{{_ints(p["dilation"])}}};
+  for (int i = 0; i < 3; ++i) {{ p.s[i] = s[i]; p.pd[i] = pd[i]; p.dl[i] = dl[i]; }}
+  if (p.C % p.G || p.CO % p.G || out->shape[0] != p.N) return KF_ERR_BAD_ARGUMENTS;
+  int64_t items = p.N * p.CO * p.out[0] * p.out[1];"""
+
+
+def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
+    struct = f"typedef struct {{ {_CONV_FIELDS} }} {e}_p;"
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+  const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0];
+  const int64_t co = (row / (p.out[1] * p.out[0])) % p.CO, n = row / (p.out[1] * p.out[0] * p.CO);
+  const int64_t OW = p.out[2], cig = p.C / p.G, g = co / (p.CO / p.G);
+  float* o = p.o + row * OW;
+  const float b0 = p.b ? p.b[co] : 0.0f;
+  for (int64_t ow = 0; ow < OW; ++ow) o[ow] = b0;
+  for (int64_t ci = 0; ci < cig; ++ci) {{
+    const int64_t c = g * cig + ci;
+    for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
+      const int64_t id = od * p.s[0] - p.pd[0] + kd * p.dl[0];
+      if (id < 0 || id >= p.in[0]) continue;
+      for (int64_t kh = 0; kh < p.k[1]; ++kh) {{
+        const int64_t ih = oh * p.s[1] - p.pd[1] + kh * p.dl[1];
+        if (ih < 0 || ih >= p.in[1]) continue;
+        const float* xr = p.x + (((n * p.C + c) * p.in[0] + id) * p.in[1] + ih) * p.in[2];
+        const float* wr = p.w + (((co * cig + ci) * p.k[0] + kd) * p.k[1] + kh) * p.k[2];
+        for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
+          const float wv = wr[kw];
+          const int64_t off = kw * p.dl[2] - p.pd[2];
+          const int64_t lo = kf_clampi(kf_cdiv(-off, p.s[2]), 0, OW);
+          const int64_t hi = kf_clampi(kf_cdiv(p.in[2] - off, p.s[2]), lo, OW);
+          if (p.s[2] == 1) {{
+#ifndef __CUDACC__
+#pragma omp simd
+#endif
+            for (int64_t ow = lo; ow < hi; ++ow) o[ow] += wv * xr[ow + off];
+          }} else {{
+            for (int64_t ow = lo; ow < hi; ++ow) o[ow] += wv * xr[ow * p.s[2] + off];
+          }}
+        }}
+      }}
+    }}
+  }}
+}}"""
+    return struct, item, _conv_setup(k, e)
+
+
+def _conv_transpose(k: OpKernel, e: str) -> tuple[str, str, str]:
+    struct = f"typedef struct {{ {_CONV_FIELDS} }} {e}_p;"
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+  const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0];
+  const int64_t co = (row / (p.out[1] * p.out[0])) % p.CO, n = row / (p.out[1] * p.out[0] * p.CO);
+  const int64_t OW = p.out[2], cig = p.C / p.G, cog = p.CO / p.G, g = co / cog, cj = co % cog;
+  float* o = p.o + row * OW;
+  const float b0 = p.b ? p.b[co] : 0.0f;
+  for (int64_t ow = 0; ow < OW; ++ow) o[ow] = b0;
+  for (int64_t ci = 0; ci < cig; ++ci) {{
+    const int64_t c = g * cig + ci;
+    for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
+      const int64_t td = od + p.pd[0] - kd * p.dl[0];
+      if (td < 0 || td % p.s[0] || td / p.s[0] >= p.in[0]) continue;
+      for (int64_t kh = 0; kh < p.k[1]; ++kh) {{
+        const int64_t th = oh + p.pd[1] - kh * p.dl[1];
+        if (th < 0 || th % p.s[1] || th / p.s[1] >= p.in[1]) continue;
+        const float* xr = p.x + (((n * p.C + c) * p.in[0] + td / p.s[0]) * p.in[1] + th / p.s[1]) * p.in[2];
+        const float* wr = p.w + (((c * cog + cj) * p.k[0] + kd) * p.k[1] + kh) * p.k[2];
+        for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
+          const float wv = wr[kw];
+          const int64_t off = p.pd[2] - kw * p.dl[2];
+          for (int64_t ow = 0; ow < OW; ++ow) {{
+            const int64_t tw = ow + off;
+            if (tw < 0 || tw % p.s[2]) continue;
+            const int64_t iw = tw / p.s[2];
+            if (iw < p.in[2]) o[ow] += wv * xr[iw];
+          }}
+        }}
+      }}
+    }}
+  }}
+}}"""
+    return struct, item, _conv_setup(k, e)
+
+
+def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
+    p = k.params
+    struct = (
+        f"typedef struct {{ const float* x; float* o; int64_t in[3], out[3], k[3], s[3], pd[3], dl[3];"
+        f" int is_max, adaptive, include_pad; int64_t divisor; }} {e}_p;"
+    )
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+  const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0], nc = row / (p.out[1] * p.out[0]);
+  const float* x = p.x + nc * p.in[0] * p.in[1] * p.in[2];
+  float* o = p.o + row * p.out[2];
+  int64_t lo[3], hi[3], step[3];
+  for (int64_t ow = 0; ow < p.out[2]; ++ow) {{
+    const int64_t oi[3] = {{od, oh, ow}};
+    int64_t count = 1;
+    for (int i = 0; i < 3; ++i) {{
+      if (p.adaptive) {{
+        lo[i] = (oi[i] * p.in[i]) / p.out[i];
+        hi[i] = ((oi[i] + 1) * p.in[i] + p.out[i] - 1) / p.out[i];
+        step[i] = 1;
+      }} else {{
+        const int64_t start = oi[i] * p.s[i] - p.pd[i];
+        step[i] = p.dl[i];
+        if (p.is_max) {{
+          lo[i] = start;
+          hi[i] = start + (p.k[i] - 1) * p.dl[i] + 1;
+        }} else {{
+          const int64_t end = start + p.k[i] < p.in[i] + p.pd[i] ? start + p.k[i] : p.in[i] + p.pd[i];
+          count *= end - start;
+          lo[i] = start; hi[i] = end;
+        }}
+      }}
+    }}
+    float acc = p.is_max ? -INFINITY : 0.0f;
+    int64_t seen = 0;
+    for (int64_t d = lo[0]; d < hi[0]; d += step[0]) {{
+      if (d < 0 || d >= p.in[0]) continue;
+      for (int64_t h = lo[1]; h < hi[1]; h += step[1]) {{
+        if (h < 0 || h >= p.in[1]) continue;
+        const float* xr = x + (d * p.in[1] + h) * p.in[2];
+        for (int64_t w = lo[2]; w < hi[2]; w += step[2]) {{
+          if (w < 0 || w >= p.in[2]) continue;
+          const float v = xr[w];
+          if (p.is_max) acc = (v > acc || v != v) ? v : acc; else acc += v;
+          ++seen;
+        }}
+      }}
+    }}
+    if (!p.is_max) {{
+      const int64_t div = p.divisor ? p.divisor : (p.adaptive || !p.include_pad ? seen : count);
+      acc = acc / (float)(div > 0 ? div : 1);
+    }}
+    o[ow] = acc;
+  }}
+}}"""
+    adaptive = p["adaptive"]
+    window = (1, 1, 1) if adaptive else p["window"]
+    stride = (1, 1, 1) if adaptive else p["stride"]
+    padding = (0, 0, 0) if adaptive else p["padding"]
+    dilation = (1, 1, 1) if adaptive else p["dilation"]
+    setup = f"""  const kf_tensor* X = &inputs[0];
+  const int dims = {p["dims"]};
+  if (X->ndim < dims + 1 || out->ndim != X->ndim) return KF_ERR_UNSUPPORTED;
+  {e}_p p;
+  p.x = KF_DATA(const float, X); p.o = KF_DATA(float, out);
+  kf_spatial3(X, dims, p.in); kf_spatial3(out, dims, p.out);
+  const int64_t k[3] = {{{_ints(window)}}}, s[3] = {{{_ints(stride)}}};
+  const int64_t pd[3] = {{{_ints(padding)}}}, dl[3] = {{{_ints(dilation)}}};
+  for (int i = 0; i < 3; ++i) {{ p.k[i] = k[i]; p.s[i] = s[i]; p.pd[i] = pd[i]; p.dl[i] = dl[i]; }}
+  p.is_max = {p["max"]}; p.adaptive = {adaptive}; p.include_pad = {p.get("include_pad", 1)};
+  p.divisor = {p.get("divisor", 0)};
+  int64_t items = kf_numel(out) / (p.out[2] > 0 ? p.out[2] : 1);"""
+    return struct, item, setup
+
+
+def _lines_setup(e: str, dim: int) -> str:
+    """outer x L x inner around `dim`; one item per (outer, inner) line."""
+    return f"""  const kf_tensor* X = &inputs[0];
+  if (X->ndim < 1) return KF_ERR_UNSUPPORTED;
+  const int d = (({dim}) % X->ndim + X->ndim) % X->ndim;
+  {e}_p p;
+  p.x = KF_DATA(const float, X); p.o = KF_DATA(float, out);
+  p.outer = 1; p.inner = 1; p.L = X->shape[d];
+  for (int i = 0; i < d; ++i) p.outer *= X->shape[i];
+  for (int i = d + 1; i < X->ndim; ++i) p.inner *= X->shape[i];
+  int64_t items = p.outer * p.inner;"""
+
+
+def _scan(k: OpKernel, e: str) -> tuple[str, str, str]:
+    struct = f"typedef struct {{ const float* x; float* o; int64_t outer, L, inner; }} {e}_p;"
+    op, init = ("*", "1.0f") if k.params["prod"] else ("+", "0.0f")
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t line) {{
+  const int64_t i = line % p.inner, base = (line / p.inner) * p.L * p.inner + i;
+  float acc = {init};
+  for (int64_t l = 0; l < p.L; ++l) {{
+    acc = acc {op} p.x[base + l * p.inner];
+    p.o[base + l * p.inner] = acc;
+  }}
+}}"""
+    setup = (
+        _lines_setup(e, k.params["dim"])
+        + "\n  if (kf_numel(out) != kf_numel(X)) return KF_ERR_BAD_ARGUMENTS;"
+    )
+    return struct, item, setup
+
+
+def _argreduce(k: OpKernel, e: str) -> tuple[str, str, str]:
+    struct = f"typedef struct {{ const float* x; float* o; int64_t outer, L, inner; }} {e}_p;"
+    better = "v > best" if k.params["max"] else "v < best"
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t line) {{
+  const int64_t i = line % p.inner, base = (line / p.inner) * p.L * p.inner + i;
+  float best = p.x[base];
+  int64_t at = 0;
+  for (int64_t l = 1; l < p.L; ++l) {{
+    const float v = p.x[base + l * p.inner];
+    if (best != best) break;
+    if ({better} || v != v) {{ best = v; at = l; }}
+  }}
+  p.o[line] = (float)at;
+}}"""
+    setup = _lines_setup(e, k.params["dim"]) + "\n  if (kf_numel(out) != items) return KF_ERR_BAD_ARGUMENTS;"
+    return struct, item, setup
+
+
+def _attention(k: OpKernel, e: str) -> tuple[str, str, str]:
+    struct = (
+        f"typedef struct {{ const float* q; const float* k; const float* v; float* o;"
+        f" int64_t Lq, Lk, E, Ev; float scale; }} {e}_p;"
+    )
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+  const int64_t bh = row / p.Lq;
+  const float* q = p.q + row * p.E;
+  const float* kb = p.k + bh * p.Lk * p.E;
+  const float* vb = p.v + bh * p.Lk * p.Ev;
+  float* o = p.o + row * p.Ev;
+  float m = -INFINITY;
+  for (int64_t j = 0; j < p.Lk; ++j) {{
+    float s = 0.0f;
+    for (int64_t t = 0; t < p.E; ++t) s += q[t] * kb[j * p.E + t];
+    m = s * p.scale > m ? s * p.scale : m;
+  }}
+  for (int64_t t = 0; t < p.Ev; ++t) o[t] = 0.0f;
+  float l = 0.0f;
+  for (int64_t j = 0; j < p.Lk; ++j) {{
+    float s = 0.0f;
+    for (int64_t t = 0; t < p.E; ++t) s += q[t] * kb[j * p.E + t];
+    const float w = expf(s * p.scale - m);
+    l += w;
+    const float* vr = vb + j * p.Ev;
+#ifndef __CUDACC__
+#pragma omp simd
+#endif
+    for (int64_t t = 0; t < p.Ev; ++t) o[t] += w * vr[t];
+  }}
+  for (int64_t t = 0; t < p.Ev; ++t) o[t] /= l;
+}}"""
+    scale = k.params["scale"]
+    scale_c = f"{scale!r}f" if scale else "1.0f / sqrtf((float)p.E)"
+    setup = f"""  const kf_tensor *Q = &inputs[0], *K = &inputs[1], *V = &inputs[2];
+  if (Q->ndim < 2 || K->ndim != Q->ndim || V->ndim != Q->ndim) return KF_ERR_UNSUPPORTED;
+  for (int i = 0; i < Q->ndim - 2; ++i)
+    if (K->shape[i] != Q->shape[i] || V->shape[i] != Q->shape[i]) return KF_ERR_UNSUPPORTED;
+  {e}_p p;
+  p.q = KF_DATA(const float, Q); p.k = KF_DATA(const float, K); p.v = KF_DATA(const float, V);
+  p.o = KF_DATA(float, out);
+  p.Lq = Q->shape[Q->ndim - 2]; p.E = Q->shape[Q->ndim - 1]; p.Lk = K->shape[K->ndim - 2];
+  p.Ev = V->shape[V->ndim - 1];
+  p.scale = {scale_c};
+  if (K->shape[K->ndim - 1] != p.E || V->shape[V->ndim - 2] != p.Lk) return KF_ERR_BAD_ARGUMENTS;
+  int64_t items = kf_numel(Q) / (p.E > 0 ? p.E : 1);"""
+    return struct, item, setup
+
+
+_FAMILIES = {
+    "matmul": _matmul,
+    "linear": _linear,
+    "conv": _conv,
+    "conv_transpose": _conv_transpose,
+    "pool": _pool,
+    "scan": _scan,
+    "argreduce": _argreduce,
+    "attention": _attention,
+}
+
+
+def op_entry(kernel: OpKernel, entry: str, backend: str) -> str:
+    """One family's struct, item function and `entry` for `backend` ("cpu" or "cuda")."""
+    if kernel.family not in _FAMILIES:
+        raise UnsupportedGraph(f"no op-kernel family `{kernel.family}` for `{kernel.node}`")
+    struct, item, setup = _FAMILIES[kernel.family](kernel, entry)
+    n_in = len(kernel.inputs)
+    head = f"""KF_EXPORT int {entry}(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,
+                 int32_t n_outputs, void* stream) {{
+  if (n_inputs != {n_in} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;
+  for (int32_t i = 0; i < n_inputs; ++i) if (!kf_tensor_ok(&inputs[i])) return KF_ERR_BAD_ARGUMENTS;
+  if (!kf_tensor_ok(&outputs[0])) return KF_ERR_BAD_ARGUMENTS;
+  kf_tensor* out = &outputs[0];
+{setup}"""
+    if backend == "cuda":
+        kernel_text = f"""__global__ void {entry}_kernel(const {entry}_p p, int64_t items) {{
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < items; i += step) {entry}_item(p, i);
+}}"""
+        run = f"""  if (items <= 0) return KF_OK;
+  cudaStream_t st = (cudaStream_t)stream;
+  int64_t blocks = (items + 127) / 128;
+  {entry}_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 128, 0, st>>>(p, items);
+  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+}}"""
+        return "\n".join([struct, item, kernel_text, head, run])
+    run = f"""  (void)stream;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < items; ++i) {entry}_item(p, i);
+  return KF_OK;
+}}"""
+    return "\n".join([struct, item, head.replace("KF_EXPORT int", "KF_EXPORT KF_CPU_ENTRY int"), run])
+
+
+def op_unit(kernels: list[tuple[OpKernel, str]], backend: str, header: list[str]) -> str:
+    """A whole unit of op-kernel entry points (kernel, entry name)."""
+    lines = [*header, "// op kernels: " + ", ".join(f"{k.family} -> {e}" for k, e in kernels)]
+    if backend == "cpu":
+        lines += [
+            "// @kf.tunable KF_DISPATCH in [0, 1] default 1",
+            "#ifndef KF_DISPATCH",
+            "#define KF_DISPATCH 1",
+            "#endif",
+            ISA_DISPATCH,
+            PRELUDE,
+            "#include <omp.h>",
+        ]
+    else:
+        lines += ["#include <cuda_runtime.h>", PRELUDE]
+    lines += [_COMMON, "KF_DEFINE_ABI_VERSION()", ""]
+    for kernel, entry in kernels:
+        lines += [op_entry(kernel, entry, backend), ""]
+    return "\n".join(lines)

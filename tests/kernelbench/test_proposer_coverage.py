@@ -1,0 +1,111 @@
+"""The heuristic proposer covers every KernelBench task of levels 1 and 2 (../shared/kernelbench).
+
+Fast: every task, both backends, gets candidates at reduced sizes (kernelfoundry.tasks.scaling), none
+raises, and each candidate launches a kernel of its own (no glue, or glue with `kf.launch`).
+Slow (`slow` marker): on the CPU, the first candidate the proposer ranks best is built with g++
+(the build cache under `.kf/test-build-cache`, or KF_TEST_BUILD_CACHE) and judged by the product's
+evaluator; the next is tried only when it fails. Skipped cleanly when the task folder is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from kernelfoundry.generators.base import GenerationRequest
+from kernelfoundry.generators.heuristic import HeuristicGenerator
+from kernelfoundry.tasks.model import ShapeVariant, Task
+from kernelfoundry.tasks.scaling import reduced_sizes
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
+FILES = sorted(KERNELBENCH.glob("level[12]/*.py")) if KERNELBENCH.is_dir() else []
+# Small enough that a direct-translation kernel of any task runs in milliseconds on one core.
+MAX_ELEMENTS = 2**18
+MAX_FLOPS = 2**24
+CANDIDATES_TRIED = 3
+
+pytestmark = pytest.mark.skipif(not FILES, reason="../shared/kernelbench is absent")
+
+
+def task_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+@cache
+def reduced_task(path: Path) -> Task:
+    source = path.read_text()
+    sizes = reduced_sizes(source, MAX_ELEMENTS, MAX_FLOPS)
+    return Task(task_id(path), source, shapes=(ShapeVariant("cpu_reduced", sizes),))
+
+
+def test_all_176_tasks_are_here() -> None:
+    assert len(FILES) == 176
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_every_task_gets_candidates_that_launch_a_generated_kernel(backend: str) -> None:
+    generator = HeuristicGenerator()
+    failures = []
+    for path in FILES:
+        result = generator.generate_sync(GenerationRequest("cov", reduced_task(path), backend, count=8))
+        if result.error or not result.candidates:
+            failures.append(f"{task_id(path)}: {result.error}: {result.message}")
+            continue
+        for c in result.candidates:
+            if c.source.glue and "kf.launch(" not in c.source.glue:
+                failures.append(f"{task_id(path)}: a candidate's glue launches no generated kernel")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.fixture(scope="module")
+def cpu_worker() -> Iterator[object]:
+    from kernelfoundry.evaluation import EvaluationWorker
+
+    with EvaluationWorker("cpu", cpu_threads=2) as worker:
+        yield worker
+
+
+@pytest.fixture(scope="module")
+def build_cache() -> object:
+    from kernelfoundry.toolchains import BuildCache
+
+    return BuildCache(Path(os.environ.get("KF_TEST_BUILD_CACHE", ROOT / ".kf" / "test-build-cache")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", FILES, ids=[task_id(p) for p in FILES])
+def test_the_cpu_candidate_ranked_first_is_correct(
+    path: Path, cpu_worker: object, build_cache: object
+) -> None:
+    from kernelfoundry.evaluation import EvaluationRequest, EvaluationSettings
+    from kernelfoundry.toolchains import BuildTarget, build
+
+    task = reduced_task(path)
+    result = HeuristicGenerator().generate_sync(GenerationRequest("cov", task, "cpu", count=CANDIDATES_TRIED))
+    assert result.candidates, result.message
+    settings = EvaluationSettings(
+        warmup_runs=0,
+        timed_runs=1,
+        flush_cache=False,
+        cpu_threads=2,
+        deadline_s=120.0,
+        measure_baselines=False,
+    )
+    outcomes = []
+    for candidate in result.candidates[:CANDIDATES_TRIED]:
+        built = build(candidate.source, BuildTarget("cpu", "x86_64"), build_cache)
+        if not built.ok or built.artifact is None:
+            outcomes.append(f"build failed: {built.log[-500:]}")
+            continue
+        report = cpu_worker.evaluate(  # type: ignore[attr-defined]
+            EvaluationRequest(task, candidate.source, built.artifact, "cpu", settings)
+        )
+        if report.correct:
+            return
+        outcomes.append(f"{report.reason}: {report.message}")
+    pytest.fail(f"no correct candidate among the first {CANDIDATES_TRIED}: {outcomes}")
