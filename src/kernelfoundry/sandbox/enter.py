@@ -36,6 +36,7 @@ EXIT_EXEC_FAILED = 127
 
 def apply_policy(policy: SandboxPolicy, parent_pid: int) -> list[str]:
     """Apply `policy` to this process; returns the names of the protections now active."""
+    host_uid = os.geteuid()  # before the user namespace, where we map it onto itself
     active = namespaces.isolate_network()
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
@@ -44,8 +45,8 @@ def apply_policy(policy: SandboxPolicy, parent_pid: int) -> list[str]:
         active.append("pdeathsig")
     apply_limits(planned_limits(policy))
     active.append("rlimits")
-    if policy.max_processes is not None and ("userns" in active or os.geteuid() != 0):
-        active.append("nproc")  # root outside a user namespace is exempt from RLIMIT_NPROC
+    if policy.max_processes is not None and host_uid != 0:
+        active.append("nproc")  # the kernel never applies RLIMIT_NPROC to uid 0, in any namespace
     writable = [Path(policy.scratch), *map(Path, policy.writable), Path("/dev/null")]
     devices = [Path(p) for p in sorted(glob.glob("/dev/nvidia*"))] if policy.gpu else []
     try:
