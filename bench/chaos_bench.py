@@ -1,13 +1,13 @@
 """Chaos soak: rounds of concurrent runs through the embedded stack while the broker and every service are
 SIGKILLed at random moments and restarted, each round checked against the invariants of tests/chaos.
 
-    python bench/chaos_bench.py [--minutes 10] [--seed 1] [--runs 3] [--iterations 2] [--chaos-s 60]
-                                [--mean-gap-s 2.0] [--out bench/results/chaos_bench.json]
+    python bench/chaos_bench.py [--minutes 10] [--seed 1] [--runs 2] [--waves 2] [--iterations 2]
+                                [--chaos-s 60] [--mean-gap-s 2.0] [--out bench/results/chaos_bench.json]
 
 One stack (loopback only) lives through the whole soak, so its JetStream files, lineage and consumers carry
-every earlier kill into the next round. A round submits `--runs` runs, plays a seeded kill plan for
-`--chaos-s` seconds (one process down at a time, for up to a second), restarts anything down, waits for
-the runs to end and the queues to drain, and checks: every run final, every candidate once in the lineage
+every earlier kill into the next round. A round submits `--waves` waves of `--runs` runs (the later
+ones while processes die), plays a seeded kill plan for `--chaos-s` seconds (one process down at a time, for
+up to a second), restarts anything down, waits for the runs to end and the queues to drain, and checks: every run final, every candidate once in the lineage
 with its evaluation, no evaluation twice, the archive rebuilt from the lineage equal to the evolver's, no
 work left in the queues, dead letters with their reason. Rounds start while time is left. Prints a table
 and writes JSON with the commit it measured; exits 1 when any invariant broke.
@@ -67,7 +67,10 @@ def main() -> int:
         "--minutes", type=float, default=10.0, help="start rounds while this much time is left"
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=3, help="concurrent runs per round")
+    parser.add_argument("--runs", type=int, default=2, help="runs per submission wave")
+    parser.add_argument(
+        "--waves", type=int, default=2, help="submission waves per round, spread over the kills"
+    )
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--chaos-s", type=float, default=60.0, help="kill phase of each round")
     parser.add_argument("--mean-gap-s", type=float, default=2.0, help="mean time between kills")
@@ -86,6 +89,7 @@ def main() -> int:
                 settings = ChaosSettings(
                     seed=args.seed * 1000 + index,
                     runs=args.runs,
+                    waves=args.waves,
                     iterations=args.iterations,
                     chaos_s=args.chaos_s,
                     mean_gap_s=args.mean_gap_s,

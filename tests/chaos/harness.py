@@ -6,10 +6,12 @@ bench/chaos_bench.py runs many rounds as a soak. Loopback only: the stack binds 
 reaches outside the machine. Bounded in time: the chaos lasts `chaos_s`, and the settling after it (runs
 end, consumers catch up, work queues drain) gives up after `settle_s` and reports what it found.
 
-One round: submit the runs, play the kill plan (one target down at a time, restarted after its down time),
-make sure every process is up again, wait for the system to settle, then observe the lineage (through the
-store's gRPC API, and the evolver's resume replay for the archive) and the broker (the event history, the
-work stream and the dead letters) and check.
+One round: submit the runs (in `waves` spread over the chaos: later waves are submitted while processes
+die, retried while the evolver is down), play the kill plan (one target down at a time, restarted after
+its down time), make sure every process is up again, wait for the system to settle, then observe the
+lineage (through the store's gRPC API, and the evolver's resume replay for the archive) and the broker
+(the event history, the work stream and the dead letters) and check. Any run the lineage still lists as
+running, submitted in this round or not (a submission cut short by a kill), is a run that never ended.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class ChaosSettings:
     max_down_s: float = 1.0
     settle_s: float = 240.0
     targets: tuple[str, ...] = TARGETS
+    waves: int = 1  # submissions of `runs` runs each, the first at the start, the others during the chaos
 
 
 @dataclass
@@ -123,20 +126,26 @@ class ChaosRound:
     def run(self) -> ChaosReport:
         started = time.monotonic()
         s = self.settings
-        submitted = self._submit()
+        submitted = self._submit(wave=0)
         plan = plan_kills(
             s.seed, duration_s=s.chaos_s, targets=s.targets, mean_gap_s=s.mean_gap_s, max_down_s=s.max_down_s
         )
-        done = self._play(plan)
+        done = self._play(plan, submitted)
         self._revive_all()
         settled = self._settle(submitted, time.monotonic() + s.settle_s)
-        runs, broker = asyncio.run(self._observe(submitted))
+        runs, broker, running = asyncio.run(self._observe(submitted))
         letters = Counter(letter.reason for letter in broker.dead_letters)
+        stray = [
+            Violation(
+                "run_not_final", f"run {run_id} (not in this round's answers) is running in the lineage"
+            )
+            for run_id in sorted(set(running) - set(submitted))
+        ]
         return ChaosReport(
             seed=s.seed,
             kills=done,
             submitted=submitted,
-            violations=check(submitted, runs, broker),
+            violations=check(submitted, runs, broker) + stray,
             tally=tally(submitted, runs, broker),
             dead_letters=dict(letters),
             settled=settled,
@@ -145,11 +154,10 @@ class ChaosRound:
         )
 
     # ---- driving ----
-    def _submit(self) -> list[str]:
+    def _submit(self, wave: int) -> list[str]:
+        """Submit one wave of runs, retrying each while the evolver or the broker is down."""
         client = KernelFoundryClient(self.stack.grpc_address)
         try:
-            if not client.ready(60.0):
-                raise TimeoutError(f"the evolver's API at {self.stack.grpc_address} did not answer in 60 s")
             tasks = chaos_tasks()
             ids = []
             for index in range(self.settings.runs):
@@ -158,18 +166,39 @@ class ChaosRound:
                     iterations=self.settings.iterations,
                     population=self.settings.population,
                     sweeps=False,
-                    seed=self.settings.seed * 1000 + index,
+                    seed=self.settings.seed * 1000 + wave * 100 + index,
                 )
-                ids.append(client.submit(tasks[index % len(tasks)], config))
-            self.say(f"submitted {len(ids)} runs: {', '.join(ids)}")
+                ids.append(self._submit_one(client, tasks[index % len(tasks)], config))
+            self.say(f"wave {wave}: submitted {len(ids)} runs: {', '.join(ids)}")
             return ids
         finally:
             client.close()
 
-    def _play(self, plan: list[Kill]) -> list[Kill]:
+    def _submit_one(self, client: KernelFoundryClient, task: Task, config: run_pb2.RunConfig) -> str:
+        deadline = time.monotonic() + 120.0
+        while True:
+            try:
+                return client.submit(task, config, timeout_s=60.0)
+            except grpc.RpcError as exc:
+                retriable = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                if not retriable or time.monotonic() > deadline:
+                    raise
+                if not self._evolver_and_broker_alive():
+                    self._revive_all()  # a submission is not a kill target: it waits for its restart
+                time.sleep(0.5)
+
+    def _evolver_and_broker_alive(self) -> bool:
+        assert self.stack.nats is not None
+        return self.stack.nats.alive() and self.stack.service("evolver").alive()
+
+    def _play(self, plan: list[Kill], submitted: list[str]) -> list[Kill]:
         start = time.monotonic()
         done: list[Kill] = []
+        waves_due = [self.settings.chaos_s * w / self.settings.waves for w in range(1, self.settings.waves)]
         for kill in plan:
+            while waves_due and time.monotonic() - start >= waves_due[0]:
+                waves_due.pop(0)
+                submitted += self._submit(wave=self.settings.waves - len(waves_due) - 1)
             wait = start + kill.at_s - time.monotonic()
             if wait > 0:
                 time.sleep(wait)  # the schedule itself, not a synchronisation
@@ -242,7 +271,7 @@ class ChaosRound:
             return False
 
     # ---- observing ----
-    async def _observe(self, submitted: list[str]) -> tuple[dict[str, RunLineage], BrokerState]:
+    async def _observe(self, submitted: list[str]) -> tuple[dict[str, RunLineage], BrokerState, list[str]]:
         nc = await nats.connect(self.stack.nats_url, connect_timeout=5)
         try:
             js = nc.jetstream(timeout=10)
@@ -269,6 +298,7 @@ class ChaosRound:
         runs = {}
         client = LineageClient(self.stack.store_grpc_address)
         try:
+            running = [r.run_id for r in await client.list_runs(status="running")]
             for run_id in submitted:
                 try:
                     history_response = await client.run_history(run_id)
@@ -277,7 +307,7 @@ class ChaosRound:
                 runs[run_id] = run_lineage(history_response)
         finally:
             await client.close()
-        return runs, broker
+        return runs, broker, running
 
 
 def _candidate_of_evaluation(data: bytes) -> str:

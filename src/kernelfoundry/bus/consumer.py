@@ -6,7 +6,8 @@ Written once so no service repeats it. Semantics:
 - one message at a time per loop (`batch=1`): a worker fetches again only after it acked or nak'ed;
 - long handlers send in-progress acks on a heartbeat shorter than ack_wait;
 - a message that cannot be decoded, that a handler rejects, or that was delivered more than
-  max_deliver times goes to `kf.deadletter.<subject>` with its reason, and is terminated;
+  max_deliver times goes to `kf.deadletter.<subject>` with its reason, and is terminated; a work request
+  dead-lettered so also ends its work with a failure event (`abandoned_work`), so no run waits for it;
 - a handler that raises anything else gets the message redelivered after a delay (nak with backoff);
 - after a broker restart the pull subscription is rebound (nats-py does not do it by itself).
 """
@@ -27,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from kernelfoundry.bus import subjects
+from kernelfoundry.bus.abandoned_work import failure_event
 from kernelfoundry.bus.jetstream import Bus, Outgoing
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.v1 import run_pb2
@@ -185,14 +187,16 @@ class Consumer(Generic[M]):
             subject=msg.subject, deliveries=meta.num_delivered, stream_sequence=meta.sequence.stream
         )
         started = time.perf_counter()
-        if delivery.deliveries > self.spec.max_deliver:
-            await self._dead_letter(msg, delivery, "max_deliveries", f"delivered {delivery.deliveries} times")
-            return
         try:
             decoded = self.decode(msg.subject, msg.data)
         except (DecodeError, KeyError, ValueError) as exc:
             await self._dead_letter(
                 msg, delivery, "undecodable", f"cannot decode message on {msg.subject}: {exc}"
+            )
+            return
+        if delivery.deliveries > self.spec.max_deliver:
+            await self._dead_letter(
+                msg, delivery, "max_deliveries", f"delivered {delivery.deliveries} times", decoded
             )
             return
         heartbeat = asyncio.create_task(self._heartbeat(msg))
@@ -201,7 +205,7 @@ class Consumer(Generic[M]):
             await self.bus.publish_all(list(outgoing))
         except Reject as exc:
             heartbeat.cancel()
-            await self._dead_letter(msg, delivery, exc.reason, exc.message)
+            await self._dead_letter(msg, delivery, exc.reason, exc.message, decoded)
             return
         except Retry as exc:
             heartbeat.cancel()
@@ -219,7 +223,9 @@ class Consumer(Generic[M]):
                 "handler failed; will redeliver", subject=msg.subject, deliveries=delivery.deliveries
             )
             if delivery.deliveries >= self.spec.max_deliver:
-                await self._dead_letter(msg, delivery, "handler_error", f"{type(exc).__name__}: {exc}")
+                await self._dead_letter(
+                    msg, delivery, "handler_error", f"{type(exc).__name__}: {exc}", decoded
+                )
             else:
                 await msg.nak(delay=min(30.0, 0.5 * 2**delivery.deliveries))
             return
@@ -239,7 +245,14 @@ class Consumer(Generic[M]):
         except Exception as exc:  # a lost heartbeat only risks a redelivery, which is idempotent
             log.warning("in-progress ack failed", error=str(exc))
 
-    async def _dead_letter(self, msg: Msg, delivery: Delivery, reason: str, message: str) -> None:
+    async def _dead_letter(
+        self, msg: Msg, delivery: Delivery, reason: str, message: str, decoded: Message | None = None
+    ) -> None:
+        # The failure first, the letter next, the termination last: a process killed in between gets the
+        # message again and publishes both again under the same ids, which the streams de-duplicate.
+        ending = failure_event(decoded, reason, message) if decoded is not None else None
+        if ending is not None:
+            await self.bus.publish(ending.subject, ending.message, ending.msg_id)
         letter = run_pb2.DeadLetter(
             subject=msg.subject,
             data=msg.data,

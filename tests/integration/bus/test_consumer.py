@@ -267,3 +267,67 @@ async def test_stopping_a_concurrent_consumer_lets_started_messages_finish(nats_
     info = await settled(bus)
     assert info.num_ack_pending == 0 and info.num_pending == 0 and info.num_redelivered == 0
     await bus.close()
+
+
+async def compile_events(bus: Bus) -> list[build_pb2.CandidateCompiled]:
+    sub = await bus.js.pull_subscribe(subjects.CANDIDATE_COMPILED, stream=subjects.EVENTS_STREAM)
+    try:
+        msgs = await sub.fetch(10, timeout=1.0)
+    except TimeoutError:
+        return []
+    return [build_pb2.CandidateCompiled.FromString(m.data) for m in msgs]
+
+
+async def test_a_rejected_work_request_ends_its_work_with_a_failure_event(nats_server: NatsServer) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        raise Reject("bad_request", "no such build target")
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    request = build_pb2.CompileCandidate(candidate_id="c1", run_id="r1", build_target="cpu.testarch")
+    await bus.publish(SUBJECT, request, "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.dead_lettered == 1)
+    [event] = await compile_events(bus)
+    assert (event.candidate_id, event.run_id, event.ok, event.reason) == ("c1", "r1", False, "bad_request")
+    assert "no such build target" in event.log
+    await bus.close()
+
+
+async def test_a_request_delivered_too_often_is_dead_lettered_with_a_failure_event(
+    nats_server: NatsServer,
+) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    calls: list[int] = []
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        calls.append(delivery.deliveries)  # a worker that never finishes, as if killed every time
+        raise Retry("worker gone", delay_s=0.1)
+
+    consumer = Consumer(
+        bus, spec(max_deliver=2), decoder_for(build_pb2.CompileCandidate), handler, service="test"
+    )
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1", run_id="r1"), "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.dead_lettered == 1)
+    assert calls == [1, 2]
+    [event] = await compile_events(bus)
+    assert (event.candidate_id, event.ok, event.reason) == ("c1", False, "max_deliveries")
+    assert [letter.reason for letter in await dead_letters(bus)] == ["max_deliveries"]
+    await bus.close()
+
+
+async def test_a_result_published_before_the_dead_letter_wins_over_its_failure_event(
+    nats_server: NatsServer,
+) -> None:
+    bus = await Bus.connect(nats_server.url, name="t")
+    built = build_pb2.CandidateCompiled(candidate_id="c1", run_id="r1", ok=True)
+    await bus.publish(subjects.CANDIDATE_COMPILED, built, "compiled-c1")  # a worker killed before its ack
+
+    async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        raise Reject("bad_request", "refused on redelivery")
+
+    consumer = Consumer(bus, spec(), decoder_for(build_pb2.CompileCandidate), handler, service="test")
+    await bus.publish(SUBJECT, build_pb2.CompileCandidate(candidate_id="c1", run_id="r1"), "compile-c1")
+    await run_until(consumer, lambda: consumer.stats.dead_lettered == 1)
+    assert [(e.candidate_id, e.ok) for e in await compile_events(bus)] == [("c1", True)]
+    await bus.close()
