@@ -66,7 +66,9 @@ def test_every_task_gets_candidates_that_launch_a_generated_kernel(backend: str)
 def cpu_worker() -> Iterator[object]:
     from kernelfoundry.evaluation import EvaluationWorker
 
-    with EvaluationWorker("cpu", cpu_threads=2) as worker:
+    # One thread: OpenMP barriers on a shared, oversubscribed CI host stall back-to-back calls and
+    # the judge's timing cross-check then reads the kernel as slower than it claimed.
+    with EvaluationWorker("cpu", cpu_threads=1) as worker:
         yield worker
 
 
@@ -90,9 +92,9 @@ def test_the_cpu_candidate_ranked_first_is_correct(
     assert result.candidates, result.message
     settings = EvaluationSettings(
         warmup_runs=0,
-        timed_runs=1,
+        timed_runs=3,
         flush_cache=False,
-        cpu_threads=2,
+        cpu_threads=1,
         deadline_s=120.0,
         measure_baselines=False,
     )

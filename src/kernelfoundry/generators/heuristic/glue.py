@@ -29,14 +29,24 @@ def _reduced(shape, d0, d1, keepdim):
 """
 
 
-def _modules_to_recreate(graph: Graph) -> list[str]:
+def _modules_to_recreate(graph: Graph, generated: frozenset[str] = frozenset()) -> list[str]:
+    """Leaf modules the glue rebuilds from their reprs: those it calls, and owners of parameters it
+    reads. A module only an op kernel computes (`generated` nodes) is not rebuilt, its parameters are
+    declared bare: rebuilding it would perform the reference's op in the glue's eyes."""
     used: set[str] = set()
+    for n in graph.nodes:
+        if n.fx_node is not None and n.fx_node.op == "call_module" and n.name not in generated:
+            used.add(n.fx_node.target)
+    computed = {
+        n.fx_node.target
+        for n in graph.nodes
+        if n.name in generated and n.fx_node is not None and n.fx_node.op == "call_module"
+    }
     for v in graph.inputs:
         if v.kind in ("param", "buffer") and "." in v.qualname:
-            used.add(v.qualname.rsplit(".", 1)[0])
-    for n in graph.nodes:
-        if n.fx_node is not None and n.fx_node.op == "call_module":
-            used.add(n.fx_node.target)
+            owner = v.qualname.rsplit(".", 1)[0]
+            if owner not in computed:
+                used.add(owner)
     leaves = []
     for q in sorted(used):
         mod = graph.modules.get(q)
@@ -66,20 +76,25 @@ def glue_source(
         "    def __init__(self, *init_inputs):",
         "        super().__init__()",
     ]
-    recreated = _modules_to_recreate(graph)
+    recreated = _modules_to_recreate(graph, frozenset(ops))
     containers: set[str] = set()
-    for q in recreated:
-        bits = q.split(".")
+
+    def declare_containers(qualname: str) -> None:
+        bits = qualname.split(".")
         for i in range(1, len(bits)):
             c = ".".join(bits[:i])
             if c not in containers:
                 containers.add(c)
                 lines.append(f"        self.{c} = nn.Module()")
+
+    for q in recreated:
+        declare_containers(q)
         lines.append(f"        self.{q} = nn.{graph.modules[q]!r}")
     for v in graph.inputs:
         owner = v.qualname.rsplit(".", 1)[0] if "." in v.qualname else ""
         if v.kind == "input" or owner in recreated:
             continue
+        declare_containers(v.qualname)
         shape = ", ".join(str(d) for d in v.shape)
         if v.kind == "param":
             lines.append(f"        self.{v.qualname} = nn.Parameter(torch.empty({shape}))")
