@@ -1,6 +1,6 @@
 """What an evaluation is asked to do: the request (task, kernel, artifact, device) and its settings.
 
-Pure data, picklable (a request crosses into the worker's child process). Never imports torch.
+Pure data (a request crosses into the judge process as JSON: wire.py). Never imports torch.
 """
 
 from __future__ import annotations
@@ -52,12 +52,16 @@ class EvaluationSettings:
     def runs_for(self, backend: str) -> int:
         if self.timed_runs is not None:
             return self.timed_runs
-        return MIN_CUDA_TIMED_RUNS if backend == "cuda" else 30
+        from kernelfoundry.evaluation.backends import backend_named
+
+        return backend_named(backend).default_timed_runs
 
     def compile_baseline_for(self, backend: str) -> bool:
         if self.measure_torch_compile is not None:
             return self.measure_torch_compile
-        return backend == "cuda"
+        from kernelfoundry.evaluation.backends import backend_named
+
+        return backend_named(backend).compile_baseline_by_default
 
     def with_deadline(self, deadline_s: float) -> EvaluationSettings:
         return replace(self, deadline_s=deadline_s)
@@ -75,4 +79,6 @@ class EvaluationRequest:
 
     @property
     def backend(self) -> str:
-        return "cuda" if self.device.startswith("cuda") else "cpu"
+        from kernelfoundry.evaluation.backends import backend_for_device
+
+        return backend_for_device(self.device).name
