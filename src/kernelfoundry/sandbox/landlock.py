@@ -12,10 +12,10 @@ Only the launcher calls `restrict`, in its own single-threaded process, right be
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from collections.abc import Iterable
-from pathlib import Path
+
+from kernelfoundry.sandbox.libc import libc
 
 _SYS_CREATE_RULESET = 444  # the same numbers on every architecture (unified syscall table)
 _SYS_ADD_RULE = 445
@@ -66,14 +66,10 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
 def abi_version() -> int:
     """Landlock's ABI version on this kernel, 0 when Landlock is absent or disabled."""
     try:
-        version = _libc().syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+        version = libc().syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
     except (OSError, AttributeError):
         return 0
     return max(int(version), 0)
@@ -83,7 +79,7 @@ def handled_fs_rights(abi: int) -> int:
     return _FS_RIGHTS_BY_ABI.get(abi, _ALL_FS_LATEST) if abi > 0 else 0
 
 
-def restrict(abi: int, writable: Iterable[Path], devices: Iterable[Path]) -> list[str]:
+def restrict(abi: int, writable: Iterable[str], devices: Iterable[str]) -> list[str]:
     """Restrict this process: read everything, write `writable`, use `devices` (read, write, ioctl).
 
     TCP bind and connect are denied (ABI >= 4), abstract Unix sockets and signals outside the domain
@@ -92,7 +88,7 @@ def restrict(abi: int, writable: Iterable[Path], devices: Iterable[Path]) -> lis
     """
     if abi <= 0:
         return []
-    libc = _libc()
+    c = libc()
     handled = handled_fs_rights(abi)
     attr = _RulesetAttr(handled_access_fs=handled)
     size = 8
@@ -102,18 +98,18 @@ def restrict(abi: int, writable: Iterable[Path], devices: Iterable[Path]) -> lis
     if abi >= 6:
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
         size = 24
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    ruleset = c.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     if ruleset < 0:
         raise _os_error("landlock_create_ruleset")
     try:
-        _allow(libc, ruleset, Path("/"), READ_ONLY & handled)
+        _allow(c, ruleset, "/", READ_ONLY & handled)
         for path in writable:
-            _allow(libc, ruleset, path, handled)
+            _allow(c, ruleset, path, handled)
         for device in devices:
-            _allow(libc, ruleset, device, (READ_FILE | WRITE_FILE | IOCTL_DEV) & handled)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            _allow(c, ruleset, device, (READ_FILE | WRITE_FILE | IOCTL_DEV) & handled)
+        if c.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise _os_error("prctl(PR_SET_NO_NEW_PRIVS)")
-        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) != 0:
+        if c.syscall(_SYS_RESTRICT_SELF, ruleset, 0) != 0:
             raise _os_error("landlock_restrict_self")
     finally:
         os.close(ruleset)
@@ -125,7 +121,7 @@ def restrict(abi: int, writable: Iterable[Path], devices: Iterable[Path]) -> lis
     return active
 
 
-def _allow(libc: ctypes.CDLL, ruleset: int, path: Path, rights: int) -> None:
+def _allow(c: ctypes.CDLL, ruleset: int, path: str, rights: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -134,7 +130,7 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: Path, rights: int) -> None:
         if not os.path.isdir(path):
             rights &= _FILE_RIGHTS
         rule = _PathBeneathAttr(allowed_access=rights, parent_fd=fd)
-        if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:
+        if c.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:
             raise _os_error(f"landlock_add_rule({path})")
     finally:
         os.close(fd)

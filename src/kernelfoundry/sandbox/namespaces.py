@@ -12,9 +12,9 @@ Only the launcher calls `isolate_network`, in its own single-threaded process, b
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
+
+from kernelfoundry.sandbox.libc import libc
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
@@ -22,12 +22,12 @@ CLONE_NEWUSER = 0x10000000
 
 def isolate_network() -> list[str]:
     """Move this process into new namespaces; returns what is active: ["userns", "netns"], ["netns"] or []."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    c = libc()
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+    if c.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
         _map_self(uid, gid)
         return ["userns", "netns"]
-    if libc.unshare(CLONE_NEWNET) == 0:
+    if c.unshare(CLONE_NEWNET) == 0:
         return ["netns"]
     return []
 

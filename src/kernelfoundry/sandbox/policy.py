@@ -76,9 +76,10 @@ class SandboxPolicy:
     `memory_bytes` limits the address space (RLIMIT_AS) on the CPU and the data segment (RLIMIT_DATA)
     when `gpu` is set (CUDA reserves terabytes of address space). `max_processes` is RLIMIT_NPROC, which
     counts *threads* of the sandbox's user id; it means "this sandbox" only inside the sandbox's own user
-    namespace, and the kernel never applies it to uid 0 ("nproc" in `protections` says it is in force). `writable` adds folders or files the process may write besides
-    `scratch` (e.g. /dev/shm for NCCL). `require` names protections without which the launcher refuses
-    to run the target (`SandboxError` reason `sandbox_unavailable`).
+    namespace, and the kernel never applies it to uid 0 ("nproc" in `protections` says it is in force).
+    `writable` adds folders or files the process may write besides `scratch` (e.g. /dev/shm for NCCL).
+    `require` names protections without which the launcher refuses to run the target (`SandboxError`
+    reason `sandbox_unavailable`).
     """
 
     scratch: Path

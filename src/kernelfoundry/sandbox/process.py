@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import json
 import os
 import select
@@ -35,6 +34,8 @@ from typing import IO, Any
 import kernelfoundry
 from kernelfoundry.sandbox import process_tree
 from kernelfoundry.sandbox.errors import SandboxError
+from kernelfoundry.sandbox.libc import libc
+from kernelfoundry.sandbox.plan import plan_for
 from kernelfoundry.sandbox.policy import SandboxPolicy
 
 LAUNCHER_TIMEOUT_S = 30.0
@@ -139,8 +140,8 @@ def _kill_and_wait(pids: set[int], deadline: float) -> None:
 
 def become_subreaper() -> None:
     """Make this process a child subreaper (see the module docstring)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    c = libc()
+    if c.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise SandboxError(
             "sandbox_unavailable", f"PR_SET_CHILD_SUBREAPER failed: errno {ctypes.get_errno()}"
         )
@@ -179,7 +180,7 @@ def spawn_sandboxed(
         _PACKAGE_ROOT,
         str(status_write),
         str(os.getpid()),
-        policy.to_json(),
+        plan_for(policy).to_json(),
         "--",
         *argv,
     ]

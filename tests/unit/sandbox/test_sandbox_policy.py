@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelfoundry.sandbox import PYTHON_ENV_ALLOW, SandboxError, SandboxPolicy, is_secret_name
-from kernelfoundry.sandbox.limits import planned_limits
+from kernelfoundry.sandbox.plan import planned_limits
 
 SCRATCH = Path("/tmp/kf-scratch")
 PARENT = {
