@@ -2,7 +2,9 @@
 
 Written once so no service repeats it. Semantics:
 - at-least-once: a message is acked only after the handler returned and its outgoing messages were
-  published (with message ids, so a redelivered message produces no duplicates downstream);
+  published (with message ids, so a redelivered message produces no duplicates downstream); a publish that
+  fails (the broker is restarting) is retried until it goes through, never answered by running the handler
+  again: a stateful handler (the evolver) has already acted, and on redelivery it would emit nothing;
 - one message at a time per loop (`batch=1`): a worker fetches again only after it acked or nak'ed;
 - long handlers send in-progress acks on a heartbeat shorter than ack_wait;
 - a message that cannot be decoded, that a handler rejects, or that was delivered more than
@@ -78,6 +80,8 @@ class ConsumerSpec:
     deliver_all: bool = True
     # messages handled at once by this process (each with its own heartbeat); 1 keeps the handler serial
     concurrency: int = 1
+    # first wait before publishing a handled message's outputs again (doubling up to 2 s)
+    publish_retry_s: float = 0.2
 
 
 @dataclass
@@ -202,7 +206,7 @@ class Consumer(Generic[M]):
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         try:
             outgoing = await self.handler(decoded, delivery)
-            await self.bus.publish_all(list(outgoing))
+            await self._publish_outputs(list(outgoing))
         except Reject as exc:
             heartbeat.cancel()
             await self._dead_letter(msg, delivery, exc.reason, exc.message, decoded)
@@ -234,6 +238,26 @@ class Consumer(Generic[M]):
         await msg.ack()
         self.stats.handled += 1
         self._report(msg.subject, "ok", started)
+
+    async def _publish_outputs(self, outgoing: list[Outgoing]) -> None:
+        """Publish a handled message's outputs, retrying while the broker is away (each publish carries its
+        message id, so the ones that went through before a failure are not stored twice)."""
+        delay = self.spec.publish_retry_s
+        while True:
+            try:
+                await self.bus.publish_all(outgoing)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning(
+                    "publishing a handled message's outputs failed; retrying",
+                    durable=self.spec.durable,
+                    outputs=len(outgoing),
+                    error=repr(exc),
+                )
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
 
     async def _heartbeat(self, msg: Msg) -> None:
         try:
