@@ -38,10 +38,10 @@ def resumed_lines(runs: list[lineage_pb2.RunRecord]) -> list[str]:
     ]
 
 
-def announce_resumed(console: Console, store_address: str) -> list[str]:
+def announce_resumed(console: Console, store_address: str, timeout_s: float = LOOKUP_TIMEOUT_S) -> list[str]:
     """Print the runs the stack resumed; returns their ids."""
     try:
-        runs = asyncio.run(running_runs(store_address))
+        runs = asyncio.run(running_runs(store_address, timeout_s))
     except Exception as exc:  # best effort: the run itself does not depend on this
         console.print(f"could not list resumed runs: {exc}", markup=False)
         return []
