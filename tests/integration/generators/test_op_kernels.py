@@ -119,26 +119,43 @@ class Launcher:
         assert self.unit.call(entry, inputs, outputs) == 0
 
 
+def cuda_ready() -> bool:
+    import shutil
+
+    import torch
+
+    return shutil.which("nvcc") is not None and torch.cuda.is_available()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)],
+)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_op_kernel_matches_torch(case: str, tmp_path: Path) -> None:
+def test_op_kernel_matches_torch(case: str, backend: str, tmp_path: Path) -> None:
     import torch
     from torch import nn
+
+    if backend == "cuda" and not cuda_ready():
+        pytest.skip("needs nvcc and a CUDA device")
 
     init, args, body, inputs = CASES[case]
     source = TEMPLATE.format(init=init, args=args, body=body, inputs=inputs)
     task = Task(case, source, shapes=(ShapeVariant("small"),))
-    result = HeuristicGenerator().generate_sync(GenerationRequest("op", task, "cpu", count=1))
+    result = HeuristicGenerator().generate_sync(GenerationRequest("op", task, backend, count=1))
     assert result.candidates, result.message
     kernel = result.candidates[0].source
     assert "kf_op0" in kernel.code and "kf.launch('kf_op0'" in kernel.glue
     unit = Unit(build_unit(kernel, tmp_path))
     glue: dict[str, Any] = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": Launcher(unit)}
     exec(compile(kernel.glue, "<glue>", "exec"), glue)
-    reference = instantiate(task, task.shapes[0], seed=1)
-    candidate = glue["ModelNew"]()
+    reference = instantiate(task, task.shapes[0], seed=1, device="cuda" if backend == "cuda" else "cpu")
+    candidate = glue["ModelNew"]().to(reference.inputs[0].device)
     candidate.load_state_dict(reference.model.state_dict())
     with torch.no_grad():
         expected = reference.model(*reference.inputs)
         got = candidate(*reference.inputs)
+        if backend == "cuda":
+            torch.cuda.synchronize()
     assert got.dtype == expected.dtype and got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

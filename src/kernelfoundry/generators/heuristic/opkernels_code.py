@@ -32,7 +32,7 @@ def _matmul(k: OpKernel, e: str) -> tuple[str, str, str]:
         f"typedef struct {{ const float* a; const float* b; float* o; int64_t M, N, K; int nb;"
         f" int64_t od[6], as[6], bs[6]; }} {e}_p;"
     )
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   int64_t m = row % p.M, b = row / p.M, ao = 0, bo = 0;
   for (int d = p.nb - 1; d >= 0; --d) {{
     const int64_t i = b % p.od[d];
@@ -43,14 +43,14 @@ def _matmul(k: OpKernel, e: str) -> tuple[str, str, str]:
   const float* a = p.a + ao + m * p.K;
   const float* bm = p.b + bo;
   float* o = p.o + row * p.N;
-  for (int64_t n = 0; n < p.N; ++n) o[n] = 0.0f;
+  for (int64_t n = c0; n < c1; ++n) o[n] = 0.0f;
   for (int64_t kk = 0; kk < p.K; ++kk) {{
     const float av = a[kk];
     const float* br = bm + kk * p.N;
 #ifndef __CUDACC__
 #pragma omp simd
 #endif
-    for (int64_t n = 0; n < p.N; ++n) o[n] += av * br[n];
+    for (int64_t n = c0; n < c1; ++n) o[n] += av * br[n];
   }}
 }}"""
     setup = f"""  const kf_tensor *A = &inputs[0], *B = &inputs[1];
@@ -69,7 +69,7 @@ def _matmul(k: OpKernel, e: str) -> tuple[str, str, str]:
     p.as[d] = da == 1 ? 0 : sa; p.bs[d] = db == 1 ? 0 : sb;
     sa *= da; sb *= db;
   }}
-  int64_t items = kf_numel(out) / (p.N > 0 ? p.N : 1);"""
+  int64_t items = kf_numel(out) / (p.N > 0 ? p.N : 1), cols = p.N;"""
     return struct, item, setup
 
 
@@ -77,10 +77,10 @@ def _linear(k: OpKernel, e: str) -> tuple[str, str, str]:
     struct = (
         f"typedef struct {{ const float* x; const float* w; const float* b; float* o; int64_t N, K; }} {e}_p;"
     )
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   const float* x = p.x + row * p.K;
   float* o = p.o + row * p.N;
-  for (int64_t n = 0; n < p.N; ++n) {{
+  for (int64_t n = c0; n < c1; ++n) {{
     const float* w = p.w + n * p.K;
     float acc = 0.0f;
 #ifndef __CUDACC__
@@ -97,7 +97,7 @@ def _linear(k: OpKernel, e: str) -> tuple[str, str, str]:
   p.x = KF_DATA(const float, X); p.w = KF_DATA(const float, W); p.b = {bias}; p.o = KF_DATA(float, out);
   p.N = W->shape[0]; p.K = W->shape[1];
   if (X->shape[X->ndim - 1] != p.K || out->shape[out->ndim - 1] != p.N) return KF_ERR_BAD_ARGUMENTS;
-  int64_t items = kf_numel(X) / (p.K > 0 ? p.K : 1);"""
+  int64_t items = kf_numel(X) / (p.K > 0 ? p.K : 1), cols = p.N;"""
     return struct, item, setup
 
 
@@ -121,18 +121,18 @@ def _conv_setup(k: OpKernel, e: str) -> str:
   const int64_t dl[3] = {{{_ints(p["dilation"])}}};
   for (int i = 0; i < 3; ++i) {{ p.s[i] = s[i]; p.pd[i] = pd[i]; p.dl[i] = dl[i]; }}
   if (p.C % p.G || p.CO % p.G || out->shape[0] != p.N) return KF_ERR_BAD_ARGUMENTS;
-  int64_t items = p.N * p.CO * p.out[0] * p.out[1];"""
+  int64_t items = p.N * p.CO * p.out[0] * p.out[1], cols = p.out[2];"""
 
 
 def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
     struct = f"typedef struct {{ {_CONV_FIELDS} }} {e}_p;"
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0];
   const int64_t co = (row / (p.out[1] * p.out[0])) % p.CO, n = row / (p.out[1] * p.out[0] * p.CO);
   const int64_t OW = p.out[2], cig = p.C / p.G, g = co / (p.CO / p.G);
   float* o = p.o + row * OW;
   const float b0 = p.b ? p.b[co] : 0.0f;
-  for (int64_t ow = 0; ow < OW; ++ow) o[ow] = b0;
+  for (int64_t ow = c0; ow < c1; ++ow) o[ow] = b0;
   for (int64_t ci = 0; ci < cig; ++ci) {{
     const int64_t c = g * cig + ci;
     for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
@@ -146,8 +146,8 @@ def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
         for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
           const float wv = wr[kw];
           const int64_t off = kw * p.dl[2] - p.pd[2];
-          const int64_t lo = kf_clampi(kf_cdiv(-off, p.s[2]), 0, OW);
-          const int64_t hi = kf_clampi(kf_cdiv(p.in[2] - off, p.s[2]), lo, OW);
+          const int64_t lo = kf_clampi(kf_cdiv(-off, p.s[2]), c0, c1);
+          const int64_t hi = kf_clampi(kf_cdiv(p.in[2] - off, p.s[2]), lo, c1);
           if (p.s[2] == 1) {{
 #ifndef __CUDACC__
 #pragma omp simd
@@ -166,13 +166,13 @@ def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
 
 def _conv_transpose(k: OpKernel, e: str) -> tuple[str, str, str]:
     struct = f"typedef struct {{ {_CONV_FIELDS} }} {e}_p;"
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0];
   const int64_t co = (row / (p.out[1] * p.out[0])) % p.CO, n = row / (p.out[1] * p.out[0] * p.CO);
   const int64_t OW = p.out[2], cig = p.C / p.G, cog = p.CO / p.G, g = co / cog, cj = co % cog;
   float* o = p.o + row * OW;
   const float b0 = p.b ? p.b[co] : 0.0f;
-  for (int64_t ow = 0; ow < OW; ++ow) o[ow] = b0;
+  for (int64_t ow = c0; ow < c1; ++ow) o[ow] = b0;
   for (int64_t ci = 0; ci < cig; ++ci) {{
     const int64_t c = g * cig + ci;
     for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
@@ -186,7 +186,7 @@ def _conv_transpose(k: OpKernel, e: str) -> tuple[str, str, str]:
         for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
           const float wv = wr[kw];
           const int64_t off = p.pd[2] - kw * p.dl[2];
-          for (int64_t ow = 0; ow < OW; ++ow) {{
+          for (int64_t ow = c0; ow < c1; ++ow) {{
             const int64_t tw = ow + off;
             if (tw < 0 || tw % p.s[2]) continue;
             const int64_t iw = tw / p.s[2];
@@ -206,12 +206,12 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
         f"typedef struct {{ const float* x; float* o; int64_t in[3], out[3], k[3], s[3], pd[3], dl[3];"
         f" int is_max, adaptive, include_pad; int64_t divisor; }} {e}_p;"
     )
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0], nc = row / (p.out[1] * p.out[0]);
   const float* x = p.x + nc * p.in[0] * p.in[1] * p.in[2];
   float* o = p.o + row * p.out[2];
   int64_t lo[3], hi[3], step[3];
-  for (int64_t ow = 0; ow < p.out[2]; ++ow) {{
+  for (int64_t ow = c0; ow < c1; ++ow) {{
     const int64_t oi[3] = {{od, oh, ow}};
     int64_t count = 1;
     for (int i = 0; i < 3; ++i) {{
@@ -270,7 +270,7 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
   for (int i = 0; i < 3; ++i) {{ p.k[i] = k[i]; p.s[i] = s[i]; p.pd[i] = pd[i]; p.dl[i] = dl[i]; }}
   p.is_max = {p["max"]}; p.adaptive = {adaptive}; p.include_pad = {p.get("include_pad", 1)};
   p.divisor = {p.get("divisor", 0)};
-  int64_t items = kf_numel(out) / (p.out[2] > 0 ? p.out[2] : 1);"""
+  int64_t items = kf_numel(out) / (p.out[2] > 0 ? p.out[2] : 1), cols = p.out[2];"""
     return struct, item, setup
 
 
@@ -284,13 +284,15 @@ def _lines_setup(e: str, dim: int) -> str:
   p.outer = 1; p.inner = 1; p.L = X->shape[d];
   for (int i = 0; i < d; ++i) p.outer *= X->shape[i];
   for (int i = d + 1; i < X->ndim; ++i) p.inner *= X->shape[i];
-  int64_t items = p.outer * p.inner;"""
+  int64_t items = p.outer * p.inner, cols = 1;"""
 
 
 def _scan(k: OpKernel, e: str) -> tuple[str, str, str]:
     struct = f"typedef struct {{ const float* x; float* o; int64_t outer, L, inner; }} {e}_p;"
     op, init = ("*", "1.0f") if k.params["prod"] else ("+", "0.0f")
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t line) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t line, int64_t c0, int64_t c1) {{
+  (void)c0;
+  (void)c1;
   const int64_t i = line % p.inner, base = (line / p.inner) * p.L * p.inner + i;
   float acc = {init};
   for (int64_t l = 0; l < p.L; ++l) {{
@@ -308,7 +310,9 @@ def _scan(k: OpKernel, e: str) -> tuple[str, str, str]:
 def _argreduce(k: OpKernel, e: str) -> tuple[str, str, str]:
     struct = f"typedef struct {{ const float* x; float* o; int64_t outer, L, inner; }} {e}_p;"
     better = "v > best" if k.params["max"] else "v < best"
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t line) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t line, int64_t c0, int64_t c1) {{
+  (void)c0;
+  (void)c1;
   const int64_t i = line % p.inner, base = (line / p.inner) * p.L * p.inner + i;
   float best = p.x[base];
   int64_t at = 0;
@@ -328,7 +332,9 @@ def _attention(k: OpKernel, e: str) -> tuple[str, str, str]:
         f"typedef struct {{ const float* q; const float* k; const float* v; float* o;"
         f" int64_t Lq, Lk, E, Ev; float scale; }} {e}_p;"
     )
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row) {{
+    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
+  (void)c0;
+  (void)c1;
   const int64_t bh = row / p.Lq;
   const float* q = p.q + row * p.E;
   const float* kb = p.k + bh * p.Lk * p.E;
@@ -368,7 +374,7 @@ def _attention(k: OpKernel, e: str) -> tuple[str, str, str]:
   p.Ev = V->shape[V->ndim - 1];
   p.scale = {scale_c};
   if (K->shape[K->ndim - 1] != p.E || V->shape[V->ndim - 2] != p.Lk) return KF_ERR_BAD_ARGUMENTS;
-  int64_t items = kf_numel(Q) / (p.E > 0 ? p.E : 1);"""
+  int64_t items = kf_numel(Q) / (p.E > 0 ? p.E : 1), cols = 1;"""
     return struct, item, setup
 
 
@@ -398,20 +404,24 @@ def op_entry(kernel: OpKernel, entry: str, backend: str) -> str:
   kf_tensor* out = &outputs[0];
 {setup}"""
     if backend == "cuda":
-        kernel_text = f"""__global__ void {entry}_kernel(const {entry}_p p, int64_t items) {{
-  const int64_t step = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < items; i += step) {entry}_item(p, i);
+        kernel_text = f"""/* One thread per output element: neighbours read neighbouring inputs. */
+__global__ void {entry}_kernel(const {entry}_p p, int64_t items, int64_t cols) {{
+  const int64_t total = items * cols, step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += step) {{
+    const int64_t c = i % cols;
+    {entry}_item(p, i / cols, c, c + 1);
+  }}
 }}"""
-        run = f"""  if (items <= 0) return KF_OK;
+        run = f"""  if (items <= 0 || cols <= 0) return KF_OK;
   cudaStream_t st = (cudaStream_t)stream;
-  int64_t blocks = (items + 127) / 128;
-  {entry}_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 128, 0, st>>>(p, items);
+  int64_t blocks = (items * cols + 255) / 256;
+  {entry}_kernel<<<(unsigned)(blocks < 1048576 ? blocks : 1048576), 256, 0, st>>>(p, items, cols);
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }}"""
         return "\n".join([struct, item, kernel_text, head, run])
     run = f"""  (void)stream;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < items; ++i) {entry}_item(p, i);
+  for (int64_t i = 0; i < items; ++i) {entry}_item(p, i, 0, cols);
   return KF_OK;
 }}"""
     return "\n".join([struct, item, head.replace("KF_EXPORT int", "KF_EXPORT KF_CPU_ENTRY int"), run])
