@@ -192,6 +192,8 @@ class Runner:
                 for r, o in zip(result, binding.outputs, strict=True):
                     o.copy_(r)
                 self.device.synchronize()
+        if trial and self.staged:
+            self._check_inputs_intact(binding, index)
         if snapshots:
             got = result if result is not None else binding.outputs
             if not all(comparison.bitwise_equal(s, o) for s, o in zip(snapshots, got, strict=True)):
@@ -206,6 +208,13 @@ class Runner:
             "launches": self.unit.launches - launches,
             "outputs": metas,
         }
+
+    def _check_inputs_intact(self, binding: Binding, index: int) -> None:
+        """Staged memory: the device copies of this set's inputs still equal the judge's staging (a
+        diagnostic the judge does not rely on: its own copies are out of the runner's reach anyway)."""
+        for i, (placed, host) in enumerate(zip(binding.sets[index], binding.host_sets[index], strict=True)):
+            if hasattr(placed, "data_ptr") and not comparison.bitwise_equal(placed.cpu(), host):
+                raise EvaluationFailure(reasons.INPUT_MODIFIED, f"input {i} was modified by the candidate")
 
     def batch(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         binding = self.shapes[int(command["shape"])]

@@ -79,11 +79,8 @@ class _PlainProcess:
         self.pid = self._popen.pid
         self.protections = ["own session", "scrubbed environment", "scratch working folder"]
 
-    def wait(self, timeout: float | None = None) -> int | None:
-        try:
-            return self._popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+    def wait(self, timeout: float | None = None) -> int:
+        return self._popen.wait(timeout)
 
     def poll(self) -> int | None:
         return self._popen.poll()
@@ -116,7 +113,9 @@ def launch_sandboxed(
         cpu_seconds=None,
         gpu=gpu,
     )
-    return spawn_sandboxed(argv, policy, pass_fds=pass_fds)
+    return spawn_sandboxed(
+        argv, policy, pass_fds=pass_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def runner_environment(scratch: Path) -> dict[str, str]:
@@ -218,8 +217,9 @@ class RunnerProcess:
             self._sock.close()
         leftovers: list[int] = []
         with contextlib.suppress(Exception):
+            leftovers = list(self.process.leftovers())  # before the kill: what outlived the candidate
+        with contextlib.suppress(Exception):
             self.process.kill_all()
-            leftovers = list(self.process.leftovers())
         shutil.rmtree(self.scratch, ignore_errors=True)
         return leftovers
 
@@ -249,7 +249,10 @@ class RunnerProcess:
             )
 
     def _dead(self, during: str) -> EvaluationFailure:
-        code = self.process.wait(timeout=10)
+        try:
+            code: int | None = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
         tail = self.log_tail()
         if code is None:
             self.close()
