@@ -29,7 +29,6 @@ import ctypes
 import json
 import math
 import multiprocessing
-import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +47,9 @@ from kernelfoundry.tasks.model import ShapeVariant, Task
 from kernelfoundry.tasks.reference import instantiate
 from kernelfoundry.tasks.shapes import CPU_OVERRIDES, declared_overrides
 from kernelfoundry.toolchains import BuildCache, BuildTarget, build
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stack_harness import StackRunner, bound, machine_limits, task_traffic, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-4
@@ -117,53 +119,6 @@ def internal_runner(source: KernelSource, lib: Path, ref: Any, device: str, expe
     return run
 
 
-def timed(fn: Any, device: str, runs: int) -> float:
-    with torch.no_grad():
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(runs):
-            if device == "cuda":
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                torch.cuda.synchronize()
-                times.append(a.elapsed_time(b))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-# -- roofline ---------------------------------------------------------------------------------------
-def machine_limits(device: str) -> dict[str, float]:
-    """Measured copy bandwidth (bytes/s) and float32 matmul peak (flop/s) of this device."""
-    n = (1 << 28) if device == "cuda" else (1 << 25)
-    src = torch.empty(n, dtype=torch.float32, device=device).normal_()
-    dst = torch.empty_like(src)
-    copy_ms = timed(lambda: dst.copy_(src), device, 20)
-    m = 8192 if device == "cuda" else 1024
-    a = torch.randn(m, m, device=device)
-    b = torch.randn(m, m, device=device)
-    mm_ms = timed(lambda: a @ b, device, 10)
-    return {"bandwidth_Bps": 2 * 4 * n / (copy_ms * 1e-3), "peak_flops": 2 * m**3 / (mm_ms * 1e-3)}
-
-
-def task_traffic(ref: Any, expected: Any) -> tuple[float, float]:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    tensors = [x for x in ref.inputs if isinstance(x, torch.Tensor)]
-    tensors += list(ref.model.parameters()) + list(ref.model.buffers())
-    outs = expected if isinstance(expected, tuple | list) else [expected]
-    moved = sum(t.numel() * t.element_size() for t in [*tensors, *outs])
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        ref.model(*ref.inputs)
-    return float(moved), float(counter.get_total_flops())
-
-
 # -- one task ---------------------------------------------------------------------------------------
 def make_task(path: Path, backend: str) -> Task:
     source = path.read_text()
@@ -199,64 +154,6 @@ class EngineEvaluator:
 
     def close(self) -> None:
         self.worker.close()
-
-
-class StackRunner:
-    """The whole system on this machine; one run per task, best kernel read back over gRPC."""
-
-    def __init__(self, backend: str, population: int, compile_baseline: bool) -> None:
-        from kernelfoundry.client import KernelFoundryClient
-        from kernelfoundry.stack.hardware import cpu_target, cuda_targets
-        from kernelfoundry.stack.supervisor import Stack
-
-        targets = [cpu_target()] if backend == "cpu" else [cpu_target(), *cuda_targets()[:1]]
-        self.hardware = targets[-1].execute
-        self.population = population
-        # the executor times torch.compile beside every candidate, like eager (same process and timer)
-        env = {"KF_TORCH_COMPILE_BASELINE": "1" if compile_baseline else "0"}
-        self.stack = Stack(
-            state_dir=Path(tempfile.mkdtemp(prefix="kf-suite-stack-")), hardware=targets, extra_env=env
-        )
-        self.stack.start()
-        self.client = KernelFoundryClient(self.stack.grpc_address)
-
-    def submit(self, task: Task, budget: int) -> str:
-        from dataclasses import replace
-
-        from kernelfoundry.tasks.model import Budget
-        from kernelfoundry.v1 import run_pb2
-
-        budgeted = replace(task, budget=Budget(iterations=1000, evaluations=budget))
-        config = run_pb2.RunConfig(
-            hardware=self.hardware, iterations=1000, population=self.population, sweeps=True
-        )
-        return self.client.submit(budgeted, config)
-
-    def result(self, run_id: str) -> dict[str, Any] | None:
-        """The run's outcome once it has ended; None while it runs."""
-        from kernelfoundry.v1 import run_pb2
-
-        progress = self.client.get_run(run_id)
-        if progress.status == run_pb2.RUN_STATUS_RUNNING:
-            return None
-        best = progress.best
-        return {
-            "run_id": run_id,
-            "status": run_pb2.RunStatus.Name(progress.status),
-            "evaluations": progress.candidates_correct + progress.candidates_failed,
-            "correct": progress.candidates_correct,
-            "cells": len(progress.archive),
-            "best_ms": best.runtime_ms or None,
-            "eager_ms": best.baseline_ms or None,
-            "compile_ms": best.compile_baseline_ms or None,
-            "best_iteration": best.iteration,
-            "best_cell": [best.descriptors.memory, best.descriptors.algorithm, best.descriptors.parallelism],
-            "best_params": dict(best.source.params),
-        }
-
-    def close(self) -> None:
-        self.client.close()
-        self.stack.stop()
 
 
 def measured_baselines(
@@ -453,11 +350,6 @@ HEADER = (
     f"{'task':36s} {'eager ms':>9s} {'compile':>9s} {'best ms':>9s} {'xEager':>7s} {'xCompile':>8s}"
     f" {'floor%':>7s} {'bound':7s} it"
 )
-
-
-def bound(moved: float, flops: float, limits: dict[str, float]) -> str:
-    """Which roofline floor is the larger: "memory" (bytes / bandwidth) or "compute" (FLOPs / peak)."""
-    return "memory" if moved / limits["bandwidth_Bps"] >= flops / limits["peak_flops"] else "compute"
 
 
 def bound_of(row: dict[str, Any]) -> str:

@@ -1,0 +1,95 @@
+"""The KernelBench bench's bookkeeping: chunks, the resumable results file, and the per-level report."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from kernelbench import (
+    append_row,
+    chunk_of,
+    complete_row,
+    level_files,
+    level_summary,
+    parse_chunk,
+    read_rows,
+    report_text,
+    select,
+)
+
+
+def test_chunks_cover_every_task_exactly_once() -> None:
+    items = list(range(88))
+    parts = [chunk_of(items, k, 8) for k in range(1, 9)]
+    assert [x for part in parts for x in part] == items
+    assert {len(part) for part in parts} == {11}
+    assert chunk_of(list(range(5)), 3, 3) == [3, 4]
+
+
+@pytest.mark.parametrize("text", ["0/4", "5/4", "2", "a/b", "1/0"])
+def test_a_malformed_chunk_is_refused_with_the_text(text: str) -> None:
+    with pytest.raises(ValueError, match="K/N"):
+        parse_chunk(text)
+
+
+def test_tasks_are_ordered_by_problem_number_and_selected_by_name(tmp_path: Path) -> None:
+    for name in ("10_B.py", "2_A.py", "1_C.py"):
+        (tmp_path / "level1").mkdir(exist_ok=True)
+        (tmp_path / "level1" / name).write_text("")
+    assert [p.stem for p in level_files(tmp_path, "1")] == ["1_C", "2_A", "10_B"]
+    assert [p.stem for p in select(tmp_path, ["1"], None, ["2_A"])] == ["2_A"]
+    assert [p.stem for p in select(tmp_path, ["1"], "2/2", None)] == ["2_A", "10_B"]
+
+
+def test_the_results_file_is_appended_and_a_cut_line_is_skipped(tmp_path: Path) -> None:
+    results = tmp_path / "r.jsonl"
+    append_row(results, {"task": "level1/1_A", "correct": False})
+    append_row(results, {"task": "level1/2_B", "correct": True})
+    append_row(results, {"task": "level1/1_A", "correct": True})  # measured again: the last row wins
+    with results.open("a") as sink:
+        sink.write('{"task": "level1/3_C", "cor')  # a command killed mid-write
+    rows = {r["task"]: r for r in read_rows([results, tmp_path / "absent.jsonl"])}
+    assert set(rows) == {"level1/1_A", "level1/2_B"}
+    assert rows["level1/1_A"]["correct"] is True
+
+
+def test_speedups_come_from_the_executor_times_and_a_run_without_a_kernel_has_none() -> None:
+    found = {"best_ms": 1.0, "eager_ms": 2.0, "compile_ms": 1.5}
+    row = complete_row({"task": "level1/1_A", "floor_ms": 0.5}, found)
+    assert row["correct"] is True
+    assert (row["speedup_vs_eager"], row["speedup_vs_compile"], row["floor_fraction"]) == (2.0, 1.5, 0.5)
+    empty = complete_row({"task": "level1/2_B"}, {"best_ms": None, "status": "RUN_STATUS_FAILED"})
+    assert empty["correct"] is False and "speedup_vs_eager" not in empty
+
+
+def rows() -> list[dict]:
+    return [
+        {"task": "level1/1_A", "accepted": True, "correct": True, "speedup_vs_eager": 2.0,
+         "speedup_vs_compile": 0.5, "bound": "memory", "floor_fraction": 0.9},
+        {"task": "level1/2_B", "accepted": True, "correct": True, "speedup_vs_eager": 0.5,
+         "speedup_vs_compile": 2.0, "bound": "compute", "floor_fraction": 0.1},
+        {"task": "level1/3_C", "accepted": True, "correct": False},
+        {"task": "level1/4_D", "accepted": False, "correct": False, "refusal": "resource_limit: too big"},
+    ]  # fmt: skip
+
+
+def test_a_level_reports_acceptance_correctness_fast1_geomeans_and_the_memory_floor() -> None:
+    summary = level_summary(rows())
+    assert (summary["tasks"], summary["accepted"], summary["correct"]) == (4, 3, 2)
+    assert summary["fast_1_eager"] == 0.25 and summary["fast_1_compile"] == 0.25
+    assert math.isclose(summary["geomean_eager"], 1.0) and math.isclose(summary["geomean_compile"], 1.0)
+    assert summary["memory_bound"] == 1
+    assert (summary["floor_fraction_min"], summary["floor_fraction_at_least_80"]) == (0.9, 1)
+
+
+def test_the_report_names_the_commits_the_levels_and_every_refusal() -> None:
+    text = report_text([{**r, "commit": "abc123"} for r in rows()], "cpu", {"1": 88})
+    assert "commits measured: abc123" in text
+    assert "4/88" in text
+    assert "REFUSED resource_limit: too big" in text
+    json.dumps(level_summary(rows()))  # the JSON form holds plain numbers
