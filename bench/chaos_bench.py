@@ -5,12 +5,13 @@ SIGKILLed at random moments and restarted, each round checked against the invari
                                 [--chaos-s 60] [--mean-gap-s 2.0] [--out bench/results/chaos_bench.json]
 
 One stack (loopback only) lives through the whole soak, so its JetStream files, lineage and consumers carry
-every earlier kill into the next round. A round submits `--waves` waves of `--runs` runs (the later
-ones while processes die), plays a seeded kill plan for `--chaos-s` seconds (one process down at a time, for
-up to a second), restarts anything down, waits for the runs to end and the queues to drain, and checks: every run final, every candidate once in the lineage
-with its evaluation, no evaluation twice, the archive rebuilt from the lineage equal to the evolver's, no
-work left in the queues, dead letters with their reason. Rounds start while time is left. Prints a table
-and writes JSON with the commit it measured; exits 1 when any invariant broke.
+every earlier kill into the next round. A round submits `--waves` waves of `--runs` runs (the later ones
+while processes die), plays a seeded kill plan for `--chaos-s` seconds (one process down at a time, for up
+to a second; `--targets` names what to kill, a name given twice killed twice as often), restarts anything
+down, waits for the runs to end and the queues to drain, and checks: every run final, every candidate once
+in the lineage with its evaluation, no evaluation twice, the archive rebuilt from the lineage equal to the
+evolver's, no work left in the queues, dead letters with their reason. Rounds start while time is left.
+Prints a table and writes JSON with the commit it measured; exits 1 when any invariant broke.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from chaos.harness import ChaosReport, ChaosRound, ChaosSettings, start_stack  # noqa: E402
+from chaos.harness import TARGETS, ChaosReport, ChaosRound, ChaosSettings, start_stack  # noqa: E402
 
 
 def commit() -> str:
@@ -75,6 +76,11 @@ def main() -> int:
     parser.add_argument("--chaos-s", type=float, default=60.0, help="kill phase of each round")
     parser.add_argument("--mean-gap-s", type=float, default=2.0, help="mean time between kills")
     parser.add_argument("--settle-s", type=float, default=300.0)
+    parser.add_argument(
+        "--targets",
+        default=",".join(TARGETS),
+        help="what to kill, comma-separated; a name given twice is killed twice as often",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "chaos_bench.json")
     args = parser.parse_args()
 
@@ -94,6 +100,7 @@ def main() -> int:
                     chaos_s=args.chaos_s,
                     mean_gap_s=args.mean_gap_s,
                     settle_s=args.settle_s,
+                    targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()),
                 )
                 report = ChaosRound(stack, settings, say=lambda line: print(f"  {line}", flush=True)).run()
                 rows.append(round_row(index, report))

@@ -243,8 +243,24 @@ class ChaosRound:
                 self.say("settled")
                 return True
             time.sleep(1.0)
-        self.say("did not settle in time")
+        self.say(f"did not settle in time: {asyncio.run(self._backlog())}")
         return False
+
+    async def _backlog(self) -> str:
+        """What is still queued or in flight per consumer: tells a slow system from a stuck one."""
+        try:
+            nc = await nats.connect(self.stack.nats_url, connect_timeout=2, max_reconnect_attempts=0)
+        except Exception as exc:
+            return f"broker unreachable: {exc!r}"
+        try:
+            js = nc.jetstream(timeout=5)
+            parts = []
+            for stream in (subjects.WORK_STREAM, subjects.EVENTS_STREAM):
+                for info in await js.consumers_info(stream):
+                    parts.append(f"{info.name} pending={info.num_pending} in-flight={info.num_ack_pending}")
+            return ", ".join(parts)
+        finally:
+            await nc.close()
 
     async def _quiet(self, submitted: list[str]) -> bool:
         try:
