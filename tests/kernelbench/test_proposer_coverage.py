@@ -111,3 +111,93 @@ def test_the_cpu_candidate_ranked_first_is_correct(
             return
         outcomes.append(f"{report.reason}: {report.message}")
     pytest.fail(f"no correct candidate among the first {CANDIDATES_TRIED}: {outcomes}")
+
+
+def _run_candidate(source: object, task: Task, unit: object) -> tuple[object, object]:
+    """The candidate's output and the reference's on one CUDA input set (glue or a bare entry point)."""
+    import torch
+    from torch import nn
+
+    from kernelfoundry.tasks.reference import instantiate
+
+    reference = instantiate(task, task.shapes[0], seed=1, device="cuda")
+    with torch.no_grad():
+        expected = reference.model(*reference.inputs)
+        if source.glue:  # type: ignore[attr-defined]
+
+            class Launcher:
+                def launch(self, entry: str, inputs: list[object], outputs: list[object]) -> None:
+                    assert unit.call(entry, inputs, outputs) == 0  # type: ignore[attr-defined]
+
+            namespace = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": Launcher()}
+            exec(compile(source.glue, "<glue>", "exec"), namespace)  # type: ignore[attr-defined]
+            model = namespace["ModelNew"](*reference.init_inputs).cuda()
+            model.load_state_dict(reference.model.state_dict())
+            got = model(*reference.inputs)
+        else:
+            state = [*reference.model.parameters(), *reference.model.buffers()]
+            outputs = expected if isinstance(expected, tuple) else (expected,)
+            got_outputs = [torch.full_like(o, float("nan")) for o in outputs]
+            rc = unit.call(source.entry_point, [*reference.inputs, *state], got_outputs)  # type: ignore[attr-defined]
+            assert rc == 0, rc
+            got = got_outputs[0] if len(got_outputs) == 1 else tuple(got_outputs)
+        torch.cuda.synchronize()
+    return got, expected
+
+
+@pytest.mark.gpu
+def test_the_cuda_candidate_ranked_first_is_correct_on_a_gpu(tmp_path: Path) -> None:
+    """Every task's first CUDA seed, built with nvcc and run on the GPU, matches torch (or one of the
+    next two does). Builds run 16 at a time; skipped without a GPU and nvcc."""
+    import shutil
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    if shutil.which("nvcc") is None or not torch.cuda.is_available():
+        pytest.skip("needs nvcc and a CUDA device")
+    sys.path.insert(0, str(ROOT / "tests" / "integration" / "generators"))
+    from native import Unit, build_unit
+
+    generator = HeuristicGenerator()
+    ranked = {}
+    for path in FILES:
+        result = generator.generate_sync(GenerationRequest("cov", reduced_task(path), "cuda", count=3))
+        assert result.candidates, f"{task_id(path)}: {result.message}"
+        ranked[path] = [c.source for c in result.candidates[:CANDIDATES_TRIED]]
+
+    def build_one(item: tuple[Path, int]) -> tuple[Path, int, object]:
+        path, i = item
+        try:
+            return path, i, build_unit(ranked[path][i], tmp_path)
+        except RuntimeError as exc:
+            return path, i, exc
+
+    failures: dict[str, list[str]] = {}
+    passed: set[str] = set()
+    for rank in range(CANDIDATES_TRIED):
+        todo = [(p, rank) for p in FILES if task_id(p) not in passed and rank < len(ranked[p])]
+        with ThreadPoolExecutor(16) as pool:
+            built = list(pool.map(build_one, todo))
+        for path, i, lib in built:
+            name = task_id(path)
+            if isinstance(lib, Exception):
+                failures.setdefault(name, []).append(f"seed {i}: {lib}"[:400])
+                continue
+            try:
+                got, expected = _run_candidate(ranked[path][i], reduced_task(path), Unit(lib))
+                if isinstance(expected, torch.Tensor) and expected.dtype != torch.float32:
+                    ok = torch.equal(got, expected)
+                else:
+                    ok = torch.allclose(got, expected, rtol=1e-3, atol=1e-3, equal_nan=True)
+            except Exception as exc:  # a failing candidate is recorded, the next one is tried
+                failures.setdefault(name, []).append(f"seed {i}: {type(exc).__name__}: {exc}"[:400])
+                continue
+            if ok:
+                passed.add(name)
+            else:
+                error = (got - expected).abs().max().item()
+                failures.setdefault(name, []).append(f"seed {i}: max abs error {error:.3g}")
+    missing = {name: why for name, why in failures.items() if name not in passed}
+    assert not missing, "\n".join(f"{k}: {v}" for k, v in sorted(missing.items()))

@@ -165,6 +165,9 @@ def measure_on_meta(source: str, overrides: Mapping[str, Any]) -> Cost:
     except (TaskError, Exception) as exc:  # the reference's own code: any failure rejects the sizes
         raise SizeRejected(f"{type(exc).__name__}: {exc}") from exc
     outputs = result if isinstance(result, tuple | list) else [result]
+    if any(isinstance(t, torch.Tensor) and 0 in t.shape for t in outputs):
+        # some torch versions' meta kernels return an empty result where the real op refuses
+        raise SizeRejected("an output has a dimension of size 0")
     tensors = [*inputs, *model.parameters(), *model.buffers(), *outputs]
     largest = max((t.numel() for t in tensors if isinstance(t, torch.Tensor)), default=0)
     return Cost(int(largest), int(counter.get_total_flops()))
