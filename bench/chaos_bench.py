@@ -34,10 +34,12 @@ from chaos.harness import TARGETS, ChaosReport, ChaosRound, ChaosSettings, start
 
 
 def commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    return git("rev-parse", "HEAD") or "unknown"
+    """The commit measured: KF_BENCH_COMMIT when the bench runs from a copy without git, else HEAD."""
+    named = os.environ.get("KF_BENCH_COMMIT", "")
+    if named:
+        return named
+    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return found.stdout.strip() or "unknown"
 
 
 def round_row(index: int, report: ChaosReport) -> dict[str, Any]:
