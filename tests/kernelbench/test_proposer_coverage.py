@@ -28,6 +28,10 @@ FILES = sorted(KERNELBENCH.glob("level[12]/*.py")) if KERNELBENCH.is_dir() else 
 MAX_ELEMENTS = 2**18
 MAX_FLOPS = 2**24
 CANDIDATES_TRIED = 3
+# The judge cross-checks a kernel's claimed time against batches it times itself; on a shared CI host
+# under heavy load (load average 19 on 2 cores was seen) that check alone can fail a correct kernel,
+# and the same kernel passes when evaluated again. This test is about correctness: it re-evaluates.
+TIMING_RETRIES = 2
 
 pytestmark = pytest.mark.skipif(not FILES, reason="../shared/kernelbench is absent")
 
@@ -104,12 +108,14 @@ def test_the_cpu_candidate_ranked_first_is_correct(
         if not built.ok or built.artifact is None:
             outcomes.append(f"build failed: {built.log[-500:]}")
             continue
-        report = cpu_worker.evaluate(  # type: ignore[attr-defined]
-            EvaluationRequest(task, candidate.source, built.artifact, "cpu", settings)
-        )
-        if report.correct:
-            return
-        outcomes.append(f"{report.reason}: {report.message}")
+        request = EvaluationRequest(task, candidate.source, built.artifact, "cpu", settings)
+        for _ in range(TIMING_RETRIES + 1):
+            report = cpu_worker.evaluate(request)  # type: ignore[attr-defined]
+            if report.correct:
+                return
+            outcomes.append(f"{report.reason}: {report.message}")
+            if report.reason != "timing_mismatch":
+                break
     pytest.fail(f"no correct candidate among the first {CANDIDATES_TRIED}: {outcomes}")
 
 
