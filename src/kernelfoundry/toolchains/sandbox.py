@@ -5,7 +5,8 @@ or swallow memory, so every build runs (1) in a fresh session whose whole proces
 the deadline, (2) under rlimits set by a tiny exec-launcher (thread-safe, unlike `preexec_fn`), and
 (3) without network where the host allows it: `unshare --net` (needs root or CAP_SYS_ADMIN), else
 `unshare --user --map-root-user --net` (unprivileged user namespaces), else - documented fallback -
-no network isolation; `network_isolation()` says which one is in force.
+no network isolation; `network_isolation()` says which one is in force, and (4) with an environment
+without service secrets (`build_environment`).
 
 This module must never interpret the command's output (that is the toolchain's business).
 """
@@ -21,9 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from kernelfoundry.sandbox.policy import is_secret_name
 
 # Executed with `python -I -S -c`: sets the limits, then becomes the compiler.
 _LIMIT_LAUNCHER = (
@@ -107,7 +110,7 @@ def run_sandboxed(argv: Sequence[str], cwd: Path, limits: Limits) -> SandboxOutc
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "LC_ALL": "C"},  # untranslated diagnostics, stable for parsing and caching
+            env=build_environment(os.environ),
         )
         timed_out = False
         try:
@@ -125,6 +128,18 @@ def run_sandboxed(argv: Sequence[str], cwd: Path, limits: Limits) -> SandboxOutc
         duration_s=time.monotonic() - start,
         timed_out=timed_out,
     )
+
+
+def build_environment(parent: Mapping[str, str]) -> dict[str, str]:
+    """The compiler's environment: the parent's without its secrets, diagnostics untranslated.
+
+    A source can `#include "/proc/self/environ"` and have the compiler quote it in the build log, so
+    service secrets (KF_*, *_TOKEN, *_KEY, ...: kernelfoundry.sandbox.SECRET_PATTERNS) never reach it.
+    LC_ALL=C keeps diagnostics stable for parsing and caching.
+    """
+    env = {name: value for name, value in parent.items() if not is_secret_name(name)}
+    env["LC_ALL"] = "C"
+    return env
 
 
 def _kill_group(pgid: int) -> None:
