@@ -4,11 +4,14 @@ Builds the CUDA units in tests/fixtures/kernels/cuda with this machine's nvcc (t
 kernelfoundry.toolchains), evaluates each through a single EvaluationWorker (so a kernel that corrupts
 the device context must not fail the next evaluation), checks each gets the reason its first line
 announces (`// expect: <reason>`), evaluates the good elementwise kernel 5 times to show the median
-is repeatable, and writes gpu_check.json and gpu_check.md to --out.
+is repeatable, and writes gpu_check.json and gpu_check.md to --out. Every candidate runs in its own
+sealed runner process; the worker's judge process never loads one (docs/evaluation.md).
 
     PYTHONPATH=src python3 bench/gpu_check.py --out bench/results
 
-Imports only the standard library, torch and kernelfoundry's pure modules (runs on bare GPU hosts).
+Imports the standard library, torch, pydantic (the runner's reply schemas) and kernelfoundry's pure
+modules. On a bare GPU host without pydantic, carry its wheels (pydantic, pydantic_core,
+annotated_types, typing_inspection) and put them on PYTHONPATH.
 """
 
 from __future__ import annotations

@@ -442,7 +442,7 @@ class Evaluation:
         self.counters["warmup_runs"] += warmup
         self.failed_trial = {"shape": state.shape.name, "seed": None, "trial": "timing cross-check"}
         nulls = [self._ask("idle", "idle")[1] for _ in range(NULL_CALLS)]
-        calls = verification.batch_calls(statistics.median(walls))
+        calls = verification.batch_calls(statistics.median(claims), statistics.median(walls))
         order = [first + (i % k) for i in range(calls)]
         batches = [
             self._ask("batch", "batch_done", shape=state.index, sets=order)[1]
@@ -523,6 +523,10 @@ class Evaluation:
                 raise EvaluationFailure(first.reason, f"line {first.line}: {first.message}")
         self.torch.set_num_threads(self._threads())
         self.device.setup()
+        with self.device.on_stream():  # every judge-side computation, instantiation included
+            return self._run_on_stream()
+
+    def _run_on_stream(self) -> EvaluationReport:
         self._start_runner()
         shapes = list(self.task.shapes)
         seeds_per_shape = max(self.task.seeds, math.ceil(self.settings.correctness_trials / len(shapes)))

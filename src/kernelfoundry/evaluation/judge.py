@@ -83,8 +83,13 @@ class RunnerPool:
         self._idle: RunnerProcess | None = None
 
     def prepare(self) -> None:
+        """Start the next runner now; a failure to start waits for `take`, inside an evaluation,
+        where it becomes that evaluation's worker_error instead of ending the judge."""
         if self._idle is None or not self._idle.alive():
-            self._idle = RunnerProcess(self.backend, self.device)
+            try:
+                self._idle = RunnerProcess(self.backend, self.device)
+            except Exception:
+                self._idle = None
 
     def take(self) -> RunnerProcess:
         runner = self._idle if self._idle is not None and self._idle.alive() else None

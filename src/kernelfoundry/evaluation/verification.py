@@ -27,13 +27,14 @@ from kernelfoundry.evaluation import reasons
 from kernelfoundry.evaluation.reasons import EvaluationFailure
 
 CHECK_PROBABILITY = 0.2
-REFRESH_PROBABILITY = 0.2
+REFRESH_PROBABILITY = 0.1
 MIN_CHECKS = 3
 MIN_REFRESHES = 2
 CLAIM_FACTOR = 1.5
-BATCH_TARGET_NS = 20_000_000
+BATCH_TARGET_NS = 50_000_000
 MIN_BATCH_CALLS = 3
 MAX_BATCH_CALLS = 2000
+MAX_BATCH_WALL_NS = 2_000_000_000
 BATCH_REPEATS = 3
 IDLE_CPU_BASE_NS = 1_000_000
 IDLE_CPU_SHARE = 0.25
@@ -85,11 +86,13 @@ def check_claim(claimed_ns: int, wall_ns: int, call: int) -> None:
         )
 
 
-def batch_calls(wall_median_ns: float) -> int:
-    """How many back-to-back calls make a batch last about BATCH_TARGET_NS (judge's own wall median)."""
-    if wall_median_ns <= 0:
-        return MAX_BATCH_CALLS
-    return max(MIN_BATCH_CALLS, min(MAX_BATCH_CALLS, math.ceil(BATCH_TARGET_NS / wall_median_ns)))
+def batch_calls(claimed_median_ns: float, wall_median_ns: float) -> int:
+    """How many back-to-back calls make a batch hold about BATCH_TARGET_NS of claimed work (so the
+    judge's clock noise is small against it), bounded by what the judge's own round trips say a
+    batch may cost (MAX_BATCH_WALL_NS): a runner claiming too little cannot make the batch endless."""
+    wanted = math.ceil(BATCH_TARGET_NS / max(claimed_median_ns, 1.0))
+    affordable = math.ceil(MAX_BATCH_WALL_NS / max(wall_median_ns, 1.0))
+    return max(MIN_BATCH_CALLS, min(MAX_BATCH_CALLS, wanted, affordable))
 
 
 @dataclass(frozen=True)
