@@ -2,17 +2,19 @@
 
 Starts the embedded stack for the duration of the command when nothing answers at the configured address
 (and says which earlier runs that stack resumed). Ctrl-C cancels the run (CancelRun) and waits for it to
-end; a second Ctrl-C detaches, saying how to resume or cancel it. Exit status: 0 when the run completed
-with a correct kernel, 1 when it failed or was cancelled (the reason is printed), 2 for a mistake in the
-arguments or the task, 130 after Ctrl-C.
+end; a second Ctrl-C detaches, saying how to resume or cancel it; SIGTERM detaches at once (stopping an
+embedded stack). Exit status: 0 when the run completed with a correct kernel, 1 when it failed or was
+cancelled (the reason is printed), 2 for a mistake in the arguments or the task, 130 after Ctrl-C, 143
+after SIGTERM.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -31,6 +33,7 @@ from kernelfoundry.tasks.model import TaskError
 from kernelfoundry.v1 import run_pb2
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 BACKENDS = ("cpu", "cuda")
 
 
@@ -235,6 +238,25 @@ def detach_hint(run_id: str, embedded: bool) -> str:
     )
 
 
+@contextmanager
+def signals_taken() -> Iterator[None]:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt even when a shell started us with SIGINT ignored, and
+    SIGTERM exits through the same clean-up (an embedded stack's services live in their own sessions and
+    would outlive a killed command). The previous handlers come back afterwards."""
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(EXIT_TERMINATED)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run(
     task: Annotated[Path, typer.Argument(help="KernelBench .py file or task folder")],
     iterations: Annotated[
@@ -251,6 +273,21 @@ def run(
     state_dir: Annotated[Path | None, typer.Option(help="State folder of the embedded stack")] = None,
 ) -> None:
     """Evolve kernels for TASK and print the best one's path and its speedup over PyTorch eager."""
+    with signals_taken():
+        _run(task, iterations, backend, population, sweeps, seed, json_output, address, state_dir)
+
+
+def _run(
+    task: Path,
+    iterations: int | None,
+    backend: str,
+    population: int,
+    sweeps: bool,
+    seed: int,
+    json_output: bool,
+    address: str | None,
+    state_dir: Path | None,
+) -> None:
     console = stderr_console()
     settings = load_settings(grpc_address=address, state_dir=state_dir)
     try:

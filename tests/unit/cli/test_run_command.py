@@ -257,3 +257,20 @@ def test_a_completed_run_exits_0(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(app, ["run", TASK, "--iterations", "1"])
     assert result.exit_code == 0, result.output
     assert "speedup over PyTorch eager: 6.20x" in result.stdout
+
+
+def test_ctrl_c_works_even_when_started_with_sigint_ignored_and_handlers_come_back() -> None:
+    import signal
+
+    from kernelfoundry.cli.run import signals_taken
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a shell's `cmd &` does
+    try:
+        with signals_taken():
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            with pytest.raises(SystemExit) as terminated:
+                signal.raise_signal(signal.SIGTERM)
+            assert terminated.value.code == 143
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
