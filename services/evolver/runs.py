@@ -49,6 +49,7 @@ SWEEP_TRIGGERS = ("new_cell", "elite_replaced", "improvement")
 # every sweep point is an evaluation the search could have spent elsewhere.
 SWEEP_NEAR_BEST = 0.75
 ALL_SHAPES = "all"  # evaluations aggregate every shape of the task; sweeps tune for that aggregate
+RETIME_OPERATOR = "retime"  # the lineage operator of a best kernel's re-time (kernelfoundry.domain.speedup)
 
 
 @dataclass
@@ -695,6 +696,22 @@ class RunCoordinator:
         run.retime_id = retime_id(run.best_id, str(int(self.clock() * 1000)))
         run.finish_message = message
         run.message = f"re-timing the best kernel {run.best_id} beside PyTorch eager"
+        # Recorded as a candidate of its own (a child of the best, operator "retime"), so that the lineage
+        # holds every evaluation's candidate and the figure can be recomputed from it.
+        created = search_pb2.CandidateCreated(
+            candidate_id=run.retime_id,
+            run_id=run.run_id,
+            parent_ids=[run.best_id],
+            iteration=best.info.generation,
+            generator=run.config.generator,
+            source=kernel_to_proto(best.source),
+            analysed=descriptors_to_proto(best.info.descriptors),
+            mutation=RETIME_OPERATOR,
+            island=best.info.island,
+            request_id=run.retime_id,
+            rationale="the best kernel evaluated again, eager timed beside it, before the run ends",
+            hardware=run.config.hardware,
+        )
         request = build_pb2.CompileCandidate(
             candidate_id=run.retime_id,
             run_id=run.run_id,
@@ -704,7 +721,10 @@ class RunCoordinator:
             task=run.task_proto,
         )
         self._notify(run)
-        return [Outgoing(subjects.compile_(run.build_target), request, f"compile-{run.retime_id}")]
+        return [
+            Outgoing(subjects.CANDIDATE_CREATED, created, f"created-{run.retime_id}"),
+            Outgoing(subjects.compile_(run.build_target), request, f"compile-{run.retime_id}"),
+        ]
 
     def _retimed(self, run: RunState) -> list[Outgoing]:
         run.retime_done = True

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from kernelfoundry.domain.speedup import run_speedup
+from kernelfoundry.lineage.export import export_run_bytes, import_run_bytes
 from kernelfoundry.lineage.repository import measurement_of
 from kernelfoundry.lineage.sqlite_repository import SqliteLineageRepository
 from kernelfoundry.services.store import records
-from kernelfoundry.v1 import evaluation_pb2, run_pb2
+from kernelfoundry.v1 import evaluation_pb2, run_pb2, search_pb2
 from tests.unit.services.test_evolver_runs import generated, kernel, requests, retime_of, start
 
 
@@ -37,13 +38,14 @@ async def test_the_reported_speedup_is_recomputed_from_the_stored_measurements(t
     runs, out = start(tmp_path, iterations=1, population=3)
     submitted = out[0].message
     (request,) = requests(out)
-    runs.on_generated(generated(request, kernel(1), kernel(2), kernel(3)))
+    created = runs.on_generated(generated(request, kernel(1), kernel(2), kernel(3)))
     ids = [f"{request.request_id}-c{i}" for i in range(3)]
     # eager 8 ms twice and once 25 ms (a noisy timing beside the slowest kernel, 7.8x by its own ratio)
     events = [timed(ids[0], 2.0, 8.0), timed(ids[1], 3.2, 25.0), timed(ids[2], 2.5, 8.2)]
     emitted = []
     for event in events:
         emitted += runs.on_evaluated(event)
+    created += emitted
     retime = timed(retime_of(emitted).candidate_id, 2.1, 8.4)
     events.append(retime)
     (finished,) = [o.message for o in runs.on_evaluated(retime) if isinstance(o.message, run_pb2.RunFinished)]
@@ -51,6 +53,9 @@ async def test_the_reported_speedup_is_recomputed_from_the_stored_measurements(t
     repository = await SqliteLineageRepository.open(tmp_path / "lineage.db")
     try:
         await repository.save_run(records.run_record(submitted))
+        for message in created:
+            if isinstance(message.message, search_pb2.CandidateCreated):
+                await repository.save_candidate(records.candidate_record(message.message))
         for event in events:
             await repository.save_evaluation(records.evaluation_record(event))
         await repository.update_run_status("run-1", "finished", summary=records.finished_summary(finished))
@@ -58,8 +63,17 @@ async def test_the_reported_speedup_is_recomputed_from_the_stored_measurements(t
         recomputed = run_speedup([measurement_of(e) for e in stored])
         (best,) = await repository.best_kernels()
         summary = (await repository.get_run("run-1")).summary  # type: ignore[union-attr]
+        archive, _ = await export_run_bytes(repository, "run-1")
     finally:
         await repository.close()
+    copy = await SqliteLineageRepository.open(tmp_path / "copy.db")
+    try:  # the re-time is a candidate of the lineage: the run moves between stores whole
+        report = await import_run_bytes(copy, archive)
+        assert report.inserted["evaluations"] == 4
+        (retime_record,) = [c for c in await copy.candidates_of_run("run-1") if c.mutation == "retime"]
+        assert retime_record.parent_ids == (ids[0],)
+    finally:
+        await copy.close()
 
     assert recomputed is not None and recomputed.candidate_id == ids[0]
     assert recomputed.speedup == pytest.approx(8.3 / 2.1)  # median of 8.0, 25.0, 8.2, 8.4 over the re-time
