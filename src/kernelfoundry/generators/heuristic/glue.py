@@ -95,7 +95,7 @@ def glue_source(
         if v.kind == "input" or owner in recreated:
             continue
         declare_containers(v.qualname)
-        shape = ", ".join(str(d) for d in v.shape)
+        shape = repr(tuple(int(d) for d in v.shape))  # `()` for a 0-d parameter
         if v.kind == "param":
             lines.append(f"        self.{v.qualname} = nn.Parameter(torch.empty({shape}))")
         else:
