@@ -85,8 +85,20 @@ def place(requested: str) -> Placement:
         return Placement(
             requested, "cuda:0", True, f"{requested} does not exist here; validated on cuda:0 instead"
         )
-    note = f"the run targets {requested} but this machine has no GPU: validated on the CPU"
-    return Placement(requested, "cpu", False, note)
+    why = _why_no_cuda()
+    note = f"the run targets {requested} but CUDA is unavailable in the validation child ({why}): "
+    return Placement(requested, "cpu", False, note + "validated on the CPU")
+
+
+def _why_no_cuda() -> str:
+    """What torch says when CUDA cannot start (no GPU, no driver, or a sandbox that hides it)."""
+    import torch
+
+    try:
+        torch.cuda.init()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:240]}"
+    return "no CUDA device is visible"
 
 
 def _device_memory(device: str, limit_bytes: int) -> memory.DeviceMemory:

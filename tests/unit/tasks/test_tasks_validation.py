@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelfoundry.tasks.loading import load_task
 from kernelfoundry.tasks.model import Task, TaskError, Tolerance
@@ -33,6 +34,7 @@ from kernelfoundry.tasks.validation import (
     device_for_hardware,
     validate_task,
 )
+from kernelfoundry.tasks.validation_child import validate_in_process
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "tasks"
 INVALID = sorted((FIXTURES / "invalid").glob("*.py"))
@@ -264,3 +266,12 @@ def test_memory_watch_reports_the_deadline():
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_cuda_run_on_a_machine_without_cuda_is_validated_on_the_cpu_and_says_why():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    summary = validate_in_process(load_task(FIXTURES / "kernelbench_relu.py"), "cuda")
+    assert (summary["device"], summary["requested_device"]) == ("cpu", "cuda")
+    assert "CUDA is unavailable in the validation child (" in summary["notes"][0]
+    assert summary["shapes"][0]["depth"] == "values"  # the stand-in CPU holds it: values are checked
