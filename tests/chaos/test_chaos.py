@@ -1,7 +1,7 @@
 """The short chaos round CI runs: two runs while the broker and every service are SIGKILLed and restarted.
 
-Seeded (the same kills at the same moments every time); about a minute and a half on two cores. The soak
-with many rounds is bench/chaos_bench.py.
+Seeded (the same kill plan every time); about a minute and a half on two quiet cores (6.5 minutes on a
+host loaded by other work, hence the generous limits). The soak is bench/chaos_bench.py.
 """
 
 from __future__ import annotations
