@@ -101,7 +101,11 @@ def glue_source(
         else:
             base, _, leaf = v.qualname.rpartition(".")
             target = f"self.{base}" if base else "self"
-            lines.append(f"        {target}.register_buffer({leaf!r}, torch.empty({shape}))")
+            if v.qualname in graph.constants:
+                value = f"torch.tensor({graph.constants[v.qualname]!r})"
+            else:
+                value = f"torch.empty({shape})"
+            lines.append(f"        {target}.register_buffer({leaf!r}, {value})")
     placeholders = [v for v in graph.inputs if v.kind == "input"]
     lines.append("")
     lines.append(f"    def forward(self, {', '.join(v.name for v in placeholders)}):")

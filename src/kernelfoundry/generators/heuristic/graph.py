@@ -68,6 +68,8 @@ class Graph:
     aliases: Mapping[str, str] = field(default_factory=dict)  # fx names of identity ops -> their value
     # values that are not float32 tensors (integer / bool inputs, indices, sizes): only torch reads them
     opaque: frozenset[str] = frozenset()
+    # values of tensors fx made constants of (qualname -> nested lists), rebuilt by the glue
+    constants: Mapping[str, Any] = field(default_factory=dict)
 
     def node(self, name: str) -> OpNode | None:
         for n in self.nodes:
@@ -184,8 +186,16 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
     alias: dict[str, str] = {}  # identity ops (dropout in eval, get_attr of a parameter) resolve to a value
     outputs: list[str] = []
 
+    # Tensors fx made constants of (`torch.tensor(c)` in forward): not in the reference's state dict,
+    # so one-element ones are baked as numbers and the glue rebuilds the others from their values.
+    traced_constants = {q: b for q, b in buffers if q.startswith("_tensor_constant")}
+
     def ref(a: Any) -> Operand:
         if isinstance(a, torch.fx.Node):
+            if a.op == "get_attr" and a.target in traced_constants:
+                value = traced_constants[a.target]
+                if value.numel() == 1 and value.dtype.is_floating_point:
+                    return float(value.item())
             return Ref(alias.get(a.name, a.name))
         if isinstance(a, bool):
             return float(a)
@@ -266,7 +276,8 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
             _lower_call(n, op, ref, add, alias, synth, shapes)
         except UnsupportedGraph:
             add_torch(n, op)
-    return Graph(values, nodes, outputs, shapes, modules, alias, frozenset(opaque))
+    constants = {q: b.tolist() for q, b in traced_constants.items() if b.numel() <= 4096}
+    return Graph(values, nodes, outputs, shapes, modules, alias, frozenset(opaque), constants)
 
 
 def _has_dim(n: Any) -> bool:
