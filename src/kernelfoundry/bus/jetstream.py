@@ -33,6 +33,7 @@ from kernelfoundry.telemetry.logging import get_logger
 log = get_logger(__name__)
 
 DUPLICATE_WINDOW_S = 600.0
+PUBLISH_RETRY_S = 30.0  # longer than a broker restart takes; shorter than a gRPC caller waits
 
 
 @dataclass(frozen=True)
@@ -123,9 +124,27 @@ class Bus:
         ack = await self.js.publish(subject, message.SerializeToString(), headers={"Nats-Msg-Id": msg_id})
         return bool(ack.duplicate)
 
-    async def publish_all(self, messages: list[Outgoing]) -> None:
+    async def publish_all(self, messages: list[Outgoing], *, retry_for_s: float = PUBLISH_RETRY_S) -> None:
+        """Publish in order. A publish that fails (the broker is restarting: timeouts, closed connection, no
+        JetStream yet) is tried again for up to `retry_for_s`, then its error is raised: the message ids make
+        a repeat harmless, and a caller that has already changed its state (a run just created) gets its
+        messages out across a broker restart instead of an error after half of them."""
+        loop = asyncio.get_running_loop()
         for out in messages:
-            await self.publish(out.subject, out.message, out.msg_id)
+            deadline = loop.time() + retry_for_s
+            delay = 0.2
+            while True:
+                try:
+                    await self.publish(out.subject, out.message, out.msg_id)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if loop.time() + delay > deadline:
+                        raise
+                    log.warning("publish failed; retrying", subject=out.subject, error=repr(exc))
+                    await asyncio.sleep(delay)
+                    delay = min(2.0, delay * 2)
 
     async def artifacts(self) -> ObjectStore:
         if self._objects is None:
