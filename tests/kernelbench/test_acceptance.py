@@ -53,12 +53,24 @@ def test_at_real_size_the_task_runs_on_the_meta_device_and_fits_an_h200(path: Pa
     )
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread: the reduced tasks are small, and on a shared 2-core machine more threads thrash."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def reduced(path: Path) -> Task:
     scaling = pytest.importorskip("kernelfoundry.tasks.scaling")
     task = load_task(path)
     return replace(task, shapes=(ShapeVariant("reduced", scaling.reduced_sizes(task.reference_source)),))
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("path", FILES, ids=task_id)
 def test_at_reduced_size_the_task_is_accepted_on_the_cpu(path: Path, monkeypatch: pytest.MonkeyPatch):
     from kernelfoundry.tasks import validation_child
