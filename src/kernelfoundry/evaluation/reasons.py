@@ -52,9 +52,10 @@ REFERENCE_ERROR = "reference_error"
 BAD_REQUEST = "bad_request"
 WORKER_ERROR = "worker_error"
 
-# Failures after which the child process must not serve another evaluation: its device context or
-# its address space may be corrupted.
-RECYCLING_REASONS = frozenset({CRASH, TIMEOUT, ILLEGAL_ADDRESS, DEVICE_ERROR, WORKER_ERROR})
+# Failures after which the judge process must not serve another evaluation (its own state may be
+# wrong). A candidate's crash, hang or device error happens in its runner, which is discarded after
+# every candidate anyway; the judge also retires itself when its own device context fails its check.
+RECYCLING_REASONS = frozenset({WORKER_ERROR})
 
 
 # Failures after which the runner, not the judge, is discarded: every candidate gets a fresh runner
