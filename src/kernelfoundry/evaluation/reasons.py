@@ -58,11 +58,6 @@ WORKER_ERROR = "worker_error"
 RECYCLING_REASONS = frozenset({WORKER_ERROR})
 
 
-# Failures after which the runner, not the judge, is discarded: every candidate gets a fresh runner
-# anyway, so these no longer retire the judge unless its own device context is broken.
-RUNNER_ONLY_REASONS = frozenset({CRASH, TIMEOUT})
-
-
 class EvaluationFailure(Exception):
     """Raised inside the evaluation steps; becomes a failed EvaluationReport with this reason."""
 
