@@ -7,6 +7,9 @@ one warm EvaluationWorker (the executor's path) with the default EvaluationSetti
 
     .venv/bin/python bench/evaluation_cost.py --out bench/results/evaluation_cost.json [--label after]
 
+`--case N` runs one case and appends its row to the label's list (to alternate two source trees case
+by case on a busy host, where load drifts over minutes).
+
 Cases: the fused elementwise chain of tasks/level2_elementwise_chain.py at its CPU size (512 x 8192
 float32), the small fused multiply-add fixture (4096 floats: fixed costs dominate), and the same with
 Python glue. Never checks correctness beyond asserting each candidate is judged correct.
@@ -81,6 +84,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "evaluation_cost.json")
     parser.add_argument("--label", default="current")
     parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--case", type=int, default=None, help="run only this case (0-based)")
     args = parser.parse_args()
     settings = EvaluationSettings(cpu_threads=2)
     rows: list[dict[str, Any]] = []
@@ -88,7 +92,8 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="kf-eval-cost-") as work,
         EvaluationWorker("cpu", cpu_threads=2) as worker,
     ):
-        for name, task, source in cases():
+        chosen = cases() if args.case is None else [cases()[args.case]]
+        for name, task, source in chosen:
             built = build(source, BuildTarget("cpu", "x86_64"), None, out_dir=Path(work) / name[:8])
             assert built.ok and built.artifact is not None, built.log
             request = EvaluationRequest(task, source, built.artifact, "cpu", settings)
@@ -125,7 +130,7 @@ def main() -> int:
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     existing: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
-    existing[args.label] = rows
+    existing[args.label] = [*existing.get(args.label, []), *rows] if args.case is not None else rows
     args.out.write_text(json.dumps(existing, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0

@@ -117,6 +117,8 @@ class Evaluation:
         self.device = self.backend.judge_device(request.device, self.settings.flush_cache)
         self.runner_factory = runner_factory
         self.runner: RunnerProcess | None = None
+        self.states: list[ShapeState] = []
+        self.arenas: list[Arena] = []  # every memfd of this evaluation, closed at the end
         self.deadline = 0.0
         self.failed_trial: dict[str, Any] | None = None
         self.tolerance: Tolerance | None = None
@@ -170,11 +172,16 @@ class Evaluation:
         return self.runner.request(op, expected, self.deadline, fds, **fields)
 
     # ---- buffers -----------------------------------------------------------------------------------
+    def _arena(self, size: int, name: str) -> Arena:
+        arena = Arena.create(size, name)
+        self.arenas.append(arena)
+        return arena
+
     def _new_set(self, inputs: list[Any], seed: int) -> InputSet:
         torch = self.torch
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
         specs, size = layout([(dtype_name(t.dtype), tuple(t.shape)) for t in tensors])
-        arena = Arena.create(size, "kf-inputs")
+        arena = self._arena(size, "kf-inputs")
         views = iter([arena.tensor(s) for s in specs])
         host = [next(views) if isinstance(x, torch.Tensor) else x for x in inputs]
         for view, value in zip(host, inputs, strict=True):
@@ -223,7 +230,7 @@ class Evaluation:
         eager = self._eager(state, state.sets[0].values)
         state.expected = [(dtype_name(e.dtype), tuple(e.shape)) for e in eager]
         out_specs, out_size = layout(state.expected)
-        output_arena = Arena.create(out_size, "kf-outputs")
+        output_arena = self._arena(out_size, "kf-outputs")
         state.outputs = [output_arena.tensor(s) for s in out_specs]
         # Parameters and buffers by name: the ABI order for units without glue, state_dict for glue.
         named: dict[str, Any] = {}
@@ -233,7 +240,7 @@ class Evaluation:
             named.setdefault(name, tensor.detach())
         names = list(named)
         param_specs, param_size = layout([(dtype_name(named[n].dtype), tuple(named[n].shape)) for n in names])
-        param_arena = Arena.create(param_size, "kf-params")
+        param_arena = self._arena(param_size, "kf-params")
         for name, spec in zip(names, param_specs, strict=True):
             param_arena.tensor(spec).copy_(named[name])
         state.arenas = [s.arena for s in state.sets] + [param_arena, output_arena]
@@ -530,7 +537,7 @@ class Evaluation:
         self._start_runner()
         shapes = list(self.task.shapes)
         seeds_per_shape = max(self.task.seeds, math.ceil(self.settings.correctness_trials / len(shapes)))
-        states: list[ShapeState] = []
+        states = self.states
         for index, shape in enumerate(shapes):
             state = self._shape_state(index, shape, seeds_per_shape)
             states.append(state)
@@ -596,15 +603,17 @@ class Evaluation:
         )
 
     def close(self) -> None:
-        """Always: the runner goes, and so does any process it left behind."""
+        """Always: the runner goes, and so does any process it left behind; the shared memory of
+        this evaluation is released (a memfd lives as long as a descriptor of it is open)."""
         if self.runner is not None and not self.runner.closed:
             with contextlib.suppress(EvaluationFailure):
                 self._finish_runner()
+        for arena in self.arenas:
+            arena.close()
 
 
 def kill_and_reap(pid: int) -> None:
     """End a process the candidate left behind (the judge is its subreaper) and collect its status."""
-    import contextlib
     import signal
 
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -103,3 +103,16 @@ def test_judge_is_hardened_and_never_maps_a_unit(units: Units, worker: Evaluatio
     maps = Path(f"/proc/{judge_pid}/maps").read_text()
     artifact = units.artifact("good_fma")
     assert artifact.name not in maps and "kf-unit-" not in maps
+
+
+def test_judge_releases_its_shared_memory_after_each_evaluation(
+    units: Units, worker: EvaluationWorker
+) -> None:
+    def memfds() -> int:
+        fd_dir = Path(f"/proc/{worker.child_pid}/fd")
+        return sum(1 for fd in fd_dir.iterdir() if "memfd:" in str(fd.readlink()))
+
+    assert worker.evaluate(units.request("good_fma")).correct
+    assert memfds() == 0
+    assert worker.evaluate(units.request("wrong_sign")).reason == reasons.WRONG_RESULT
+    assert memfds() == 0
