@@ -438,8 +438,9 @@ def print_summary(out: Console, summary: dict[str, Any], final: run_pb2.RunProgr
         return
     lines = [f"best kernel: {summary['best_kernel_path']} (candidate {summary['best_candidate_id']})"]
     lines += speedup_lines(summary)
+    iterations = summary["iterations"]
     lines.append(
-        f"after {summary['iterations']} iterations, {summary['candidates_correct']} correct of "
-        f"{summary['candidates_generated']} candidates"
+        f"after {iterations} iteration{'' if iterations == 1 else 's'}, {summary['candidates_correct']} "
+        f"correct of {summary['candidates_generated']} candidates"
     )
     out.print("\n".join(lines), markup=False, highlight=False)
