@@ -36,6 +36,9 @@ PRECISION_FLOAT64 = "float64"
 PRECISION_FLOAT32 = "float32 (TF32 off)"
 DEPTH_VALUES = "values"  # the reference ran at this shape's sizes and its outputs were judged
 DEPTH_STRUCTURE = "structure"  # run on the meta device only: shapes and memory, no values
+# A stand-in device (the CPU for a CUDA run where CUDA is unavailable): structure and memory at the real
+# size, values and output checks at reduced sizes (kernelfoundry.tasks.scaling; the notes name them)
+DEPTH_REDUCED_VALUES = "reduced_values"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from kernelfoundry.tasks.reference import (
     load_reference_module,
 )
 from kernelfoundry.tasks.summary import (
+    DEPTH_REDUCED_VALUES,
     DEPTH_STRUCTURE,
     DEPTH_VALUES,
     OUTPUT_CHECK_INPUT_INDEPENDENT,
@@ -244,6 +245,12 @@ def validate_shape(
     import torch
 
     estimated = _meta_estimate(task, shape, placement, limit_bytes, report)
+    if not placement.is_target and estimated.meta is not None:
+        reduced = _stand_in_sizes(task, shape)
+        if reduced:
+            return _structure_and_reduced_values(
+                task, shape, reduced, placement, estimated, report, limit_bytes
+            )
     if not estimated.values_fit and estimated.meta is not None:
         return _structure_only(shape, estimated.meta, estimated)
     estimate, precision = estimated.memory, estimated.precision
@@ -313,6 +320,41 @@ def _structure_only(shape: ShapeVariant, meta: memory.MetaRun, estimated: _Estim
     }
 
 
+def _stand_in_sizes(task: Task, shape: ShapeVariant) -> dict[str, Any]:
+    """Reduced sizes (kernelfoundry.tasks.scaling) for checking values on a stand-in CPU; {} for none.
+
+    Only for a shape that keeps the file's own sizes: sizes a task chose explicitly are its to keep.
+    """
+    if shape.overrides:
+        return {}
+    try:
+        from kernelfoundry.tasks.scaling import reduced_sizes
+
+        return dict(reduced_sizes(task.reference_source))
+    except Exception:  # no reduction: the values are checked at the real size when they fit
+        return {}
+
+
+def _structure_and_reduced_values(
+    task: Task,
+    shape: ShapeVariant,
+    reduced: dict[str, Any],
+    placement: Placement,
+    estimated: _Estimate,
+    report: Callable[[str], None],
+    limit_bytes: int,
+) -> dict[str, Any]:
+    """The real size's structure and memory, and output checks from a run at reduced sizes on the stand-in."""
+    assert estimated.meta is not None
+    summary = _structure_only(shape, estimated.meta, estimated)
+    on_stand_in = Placement(placement.requested, placement.device, True)
+    values = validate_shape(task, ShapeVariant(shape.name, reduced), on_stand_in, report, limit_bytes)
+    summary["output_checks"] = values["output_checks"]
+    summary["depth"] = DEPTH_REDUCED_VALUES
+    summary["reduced_sizes"] = {name: list(v) if isinstance(v, tuple) else v for name, v in reduced.items()}
+    return summary
+
+
 def _dtype(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
@@ -331,6 +373,11 @@ def validate_in_process(
     shapes = [validate_shape(task, shape, placement, report, limit_bytes) for shape in task.shapes]
     notes = [placement.note] if placement.note else []
     for shape in shapes:
+        if shape["depth"] == DEPTH_REDUCED_VALUES:
+            notes.append(
+                f"shape `{shape['name']}`: structure and memory at its real size (meta device); values and "
+                f"output checks at reduced sizes {shape.pop('reduced_sizes')} on {placement.device}"
+            )
         if shape["depth"] == DEPTH_STRUCTURE:
             notes.append(
                 f"shape `{shape['name']}` does not fit {placement.device}: only its structure was validated "

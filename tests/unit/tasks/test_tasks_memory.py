@@ -107,3 +107,16 @@ def test_a_reference_the_meta_device_cannot_run_is_validated_on_the_device_witho
     source = LINEAR.replace("return torch.relu(self.linear(x))", "return x[x > 0].sum().reshape(1) + x.max()")
     summary = validate_shape(Task("masked", source), ShapeVariant("s", {}), ON_CPU, print)
     assert summary["memory"] is None and summary["depth"] == "values"
+
+
+def test_on_a_stand_in_a_task_at_its_own_large_size_gets_values_checked_at_reduced_sizes(monkeypatch):
+    # A CUDA run validated where CUDA is unavailable: the real size's structure, values at reduced sizes.
+    source = LINEAR.replace("batch, n_in, n_out = 8, 16, 32", "batch, n_in, n_out = 65536, 4096, 4096")
+    stand_in = Placement("cuda", "cpu", False, "no GPU here")
+    monkeypatch.setattr(validation_child, "place", lambda requested: stand_in)
+    summary = validation_child.validate_in_process(Task("big_linear", source), "cuda")
+    (shape,) = summary["shapes"]
+    assert shape["depth"] == "reduced_values"
+    assert shape["outputs"] == [{"shape": [65536, 4096], "dtype": "float32", "scalar": False}]
+    assert [check["policy"] for check in shape["output_checks"]] == ["tolerance"]
+    assert any("values and output checks at reduced sizes {" in note for note in summary["notes"])
