@@ -33,6 +33,7 @@ from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.sweeps import parse_tunables
 from kernelfoundry.services.evolver.runs import (
     ALL_SHAPES,
+    RETIME_OPERATOR,
     CandidateState,
     RunCoordinator,
     RunState,
@@ -133,6 +134,8 @@ def restore_run(coordinator: RunCoordinator, history: lineage_pb2.GetRunHistoryR
     built = {b.candidate_id for b in history.builds if b.ok}
     by_generation: dict[int, list[lineage_pb2.CandidateRecord]] = defaultdict(list)
     for candidate in history.candidates:
+        if candidate.mutation == RETIME_OPERATOR:
+            continue  # the best kernel's re-time is no search candidate; a resumed run re-times at its end
         by_generation[candidate.iteration].append(candidate)
     for generation in sorted(by_generation):
         members = by_generation[generation]

@@ -32,6 +32,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.client import KernelFoundryClient, LineageClient
+from kernelfoundry.domain.speedup import RETIME_MARKER
 from kernelfoundry.services.evolver.resume import restore_run
 from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.stack.hardware import cpu_target
@@ -301,7 +302,8 @@ class ChaosRound:
         for subject, data in history:
             if subject == subjects.CANDIDATE_CREATED:
                 event = search_pb2.CandidateCreated.FromString(data)
-                created[event.run_id].append(event.candidate_id)
+                if RETIME_MARKER not in event.candidate_id:
+                    created[event.run_id].append(event.candidate_id)
             elif subject == subjects.EVALUATION_FINISHED:
                 evaluations[_candidate_of_evaluation(data)] += 1
         dead = []
@@ -370,11 +372,12 @@ def run_lineage(history: lineage_pb2.GetRunHistoryResponse) -> RunLineage:
         coordinator = RunCoordinator(Path(scratch))
         replayed = restore_run(coordinator, history)
         rebuilt = {_cell(e.descriptors): e.candidate_id for e in replayed.engine.merged_archive().elites()}
+    # a best kernel's re-time is recorded as a candidate of its own, but is no search candidate
     return RunLineage(
         run_id=record.run_id,
         status=record.status,
-        candidate_ids=[c.candidate_id for c in history.candidates],
-        evaluated_ids=[e.candidate_id for e in history.evaluations],
+        candidate_ids=[c.candidate_id for c in history.candidates if RETIME_MARKER not in c.candidate_id],
+        evaluated_ids=[e.candidate_id for e in history.evaluations if RETIME_MARKER not in e.candidate_id],
         failed_build_ids=[b.candidate_id for b in history.builds if not b.ok],
         reported_generated=int(summary.get("candidates_generated", 0)),
         reported_resolved=int(summary.get("candidates_correct", 0))

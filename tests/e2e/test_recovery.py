@@ -85,7 +85,9 @@ def settled_lineage(stack: Stack, run_id: str, timeout_s: float = 120):  # type:
         assert time.monotonic() < deadline, f"the store did not catch up with the history in {timeout_s}s"
         time.sleep(0.3)
     candidates, evaluations, builds, run, _ = lineage(stack, run_id)
-    # re-timings of the best kernel are evaluations of their own (`<candidate>-retime-<n>`), not candidates
+    # the best kernel's re-time (`<candidate>-retime-<n>`) is recorded as a candidate with its evaluation,
+    # but is no search candidate: the run's counters leave it out
+    candidates = [c for c in candidates if RETIME_MARKER not in c.candidate_id]
     evaluations = [e for e in evaluations if RETIME_MARKER not in e.candidate_id]
     return candidates, evaluations, builds, run
 
