@@ -1,11 +1,12 @@
-"""Shared by the adversarial suite: one build cache, a TCP listener in the service's namespace, and a
-service secret in the environment of every worker the suite starts."""
+"""Shared by the adversarial suite: one build cache, a TCP listener in the service's namespace, a folder
+the service may write, and a service secret in the environment of every worker the suite starts."""
 
 from __future__ import annotations
 
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from attacks import Arsenal
@@ -24,9 +25,15 @@ def listener() -> Iterator[socket.socket]:
 
 
 @pytest.fixture(scope="session")
-def arsenal(tmp_path_factory: pytest.TempPathFactory, listener: socket.socket) -> Arsenal:
-    port = str(listener.getsockname()[1])
-    return Arsenal(BuildCache(tmp_path_factory.mktemp("kf-attack-builds")), {"@PORT@": port})
+def service_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder the service may write and a candidate may not (attacks try to create files in it)."""
+    return tmp_path_factory.mktemp("kf-service-dir")
+
+
+@pytest.fixture(scope="session")
+def arsenal(tmp_path_factory: pytest.TempPathFactory, listener: socket.socket, service_dir: Path) -> Arsenal:
+    substitutions = {"@PORT@": str(listener.getsockname()[1]), "@SERVICE_DIR@": str(service_dir)}
+    return Arsenal(BuildCache(tmp_path_factory.mktemp("kf-attack-builds")), substitutions)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from attacks import ATTACKS, FAST, SHORT_DEADLINE, WITH_BASELINE, Arsenal, Attack, catalogue, read_attack
@@ -44,6 +45,17 @@ def assert_verdict(report: EvaluationReport, attack: Attack) -> None:
     assert report.message
 
 
+def assert_control_passes(worker: EvaluationWorker, arsenal: Arsenal, control: Attack, after: Attack) -> None:
+    """The honest control is correct on the same worker. On a loaded host the judge's outside timing
+    cross-check can refuse an honest kernel (`timing_mismatch`, load noise, not the attack: the control
+    runs in a fresh runner); such a refusal is re-evaluated, at most twice. Any other reason fails."""
+    for _ in range(3):
+        report = worker.evaluate(arsenal.request(control, FAST))
+        if report.reason != reasons.TIMING_MISMATCH:
+            break
+    assert report.correct, f"after {after.name}: {report.reason}: {report.message}"
+
+
 @pytest.mark.parametrize("attack", CPU_ATTACKS, ids=lambda a: a.name)
 def test_attack_is_caught_and_the_worker_keeps_serving(
     attack: Attack, arsenal: Arsenal, worker: EvaluationWorker, listener: socket.socket
@@ -53,10 +65,10 @@ def test_attack_is_caught_and_the_worker_keeps_serving(
     if attack.name == "open_socket":
         with pytest.raises(BlockingIOError):
             listener.accept()  # nothing connected to the service's listener
-    control = worker.evaluate(arsenal.request(CONTROL, FAST))
-    assert control.correct, f"after {attack.name}: {control.reason}: {control.message}"
+    assert_control_passes(worker, arsenal, CONTROL, attack)
 
 
-def test_no_attack_left_a_file_outside_its_scratch_folder() -> None:
+def test_no_attack_left_a_file_outside_its_scratch_folder(service_dir: Path) -> None:
     for leftover in ("/tmp/kf-attack-escaped", "/tmp/kf-pwned", "/tmp/kf-glue-escaped"):
         assert not os.path.exists(leftover), leftover
+    assert list(service_dir.iterdir()) == []

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from attacks import ATTACKS, FAST, Arsenal, Attack, catalogue, read_attack
-from test_cpu_attacks import assert_verdict
+from test_cpu_attacks import assert_control_passes, assert_verdict
 
 from kernelfoundry.evaluation import EvaluationWorker
 
@@ -26,5 +26,4 @@ def test_glue_attack_is_caught_and_the_worker_keeps_serving(
     attack: Attack, arsenal: Arsenal, worker: EvaluationWorker
 ) -> None:
     assert_verdict(worker.evaluate(arsenal.request(attack, FAST)), attack)
-    control = worker.evaluate(arsenal.request(CONTROL, FAST))
-    assert control.correct, f"after {attack.name}: {control.reason}: {control.message}"
+    assert_control_passes(worker, arsenal, CONTROL, attack)
