@@ -42,18 +42,21 @@ MAX_PLAN_BYTES = 64 * 1024
 def apply_plan(plan: dict[str, Any], parent_pid: int) -> list[str]:
     """Apply a launch plan to this process; returns the names of the protections now active."""
     host_uid = os.geteuid()  # before the user namespace, where we map it onto itself
-    active = namespaces.isolate_network()
+    relax = set(plan["relax"])
+    active = namespaces.isolate_network(user_namespace="userns" not in relax)
     if libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
         if os.getppid() != parent_pid:  # the spawner died before the signal was armed
             os._exit(EXIT_UNAVAILABLE)
         active.append("pdeathsig")
-    apply_limits(plan["rlimits"])
-    active.append("rlimits")
+    if "rlimits" not in relax:
+        apply_limits(plan["rlimits"])
+        active.append("rlimits")
     if plan["limits_processes"] and host_uid != 0:
         active.append("nproc")  # the kernel never applies RLIMIT_NPROC to uid 0, in any namespace
     devices = _gpu_devices() if plan["gpu_devices"] else []
     try:
-        active += landlock.restrict(landlock.abi_version(), plan["writable"], devices)
+        if "landlock" not in relax:
+            active += landlock.restrict(landlock.abi_version(), plan["writable"], devices)
     except OSError as exc:
         print(f"kernelfoundry.sandbox: Landlock not applied: {exc}", file=sys.stderr)
     missing = [name for name in plan["require"] if name not in active]
@@ -73,7 +76,7 @@ def parse_plan(text: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SandboxError("bad_policy", f"launch plan is not JSON: {exc}") from exc
-    expected = {"format", "rlimits", "writable", "gpu_devices", "limits_processes", "require"}
+    expected = {"format", "rlimits", "writable", "gpu_devices", "limits_processes", "require", "relax"}
     if not isinstance(data, dict) or set(data) != expected or data["format"] != PLAN_FORMAT:
         raise SandboxError(
             "bad_policy", f"launch plan must have exactly {sorted(expected)}, format {PLAN_FORMAT}"

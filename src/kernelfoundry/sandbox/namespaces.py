@@ -20,11 +20,14 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 
 
-def isolate_network() -> list[str]:
-    """Move this process into new namespaces; returns what is active: ["userns", "netns"], ["netns"] or []."""
+def isolate_network(user_namespace: bool = True) -> list[str]:
+    """Move this process into new namespaces; returns what is active: ["userns", "netns"], ["netns"] or [].
+
+    `user_namespace=False` skips the user namespace (a host whose GPU stack fails inside one).
+    """
     c = libc()
     uid, gid = os.geteuid(), os.getegid()
-    if c.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+    if user_namespace and c.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
         _map_self(uid, gid)
         return ["userns", "netns"]
     if c.unshare(CLONE_NEWNET) == 0:

@@ -24,6 +24,7 @@ class LaunchPlan:
     gpu_devices: bool  # allow read, write and ioctl on /dev/nvidia*
     limits_processes: bool
     require: tuple[str, ...]
+    relax: tuple[str, ...] = ()  # protections left out: RELAXABLE names (see SandboxPolicy.relax)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -34,6 +35,7 @@ class LaunchPlan:
                 "gpu_devices": self.gpu_devices,
                 "limits_processes": self.limits_processes,
                 "require": list(self.require),
+                "relax": list(self.relax),
             }
         )
 
@@ -46,6 +48,7 @@ def plan_for(policy: SandboxPolicy) -> LaunchPlan:
         gpu_devices=policy.gpu,
         limits_processes=policy.max_processes is not None,
         require=tuple(policy.require),
+        relax=tuple(policy.relax or ()),
     )
 
 

@@ -65,6 +65,8 @@ PYTHON_ENV_ALLOW: tuple[str, ...] = (
     "LD_LIBRARY_PATH",
 )
 
+# Protections a policy may leave out (`SandboxPolicy.relax`), in the launcher's words.
+RELAXABLE: tuple[str, ...] = ("userns", "landlock", "rlimits")
 POLICY_FORMAT = 1
 MAX_POLICY_BYTES = 64 * 1024
 
@@ -80,6 +82,10 @@ class SandboxPolicy:
     `writable` adds folders or files the process may write besides `scratch` (e.g. /dev/shm for NCCL).
     `require` names protections without which the launcher refuses to run the target (`SandboxError`
     reason `sandbox_unavailable`).
+    `relax` names protections to leave out (RELAXABLE: "userns", "landlock", "rlimits"). None means: none
+    on the CPU; with `gpu`, the ones this host's GPU stack cannot run under, found once per process by
+    `kernelfoundry.sandbox.gpu_probe` (strictest working set first). What is left out is absent from
+    `protections`, so `require` still refuses a host that cannot give what the caller needs.
     """
 
     scratch: Path
@@ -93,6 +99,7 @@ class SandboxPolicy:
     file_bytes: int | None = 1 << 30
     writable: tuple[Path, ...] = ()
     require: tuple[str, ...] = ()
+    relax: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not Path(self.scratch).is_absolute():
@@ -106,6 +113,9 @@ class SandboxPolicy:
         ):
             if value is not None and value <= 0:
                 raise SandboxError("bad_policy", f"{name} must be positive, got {value}")
+        unknown = sorted(set(self.relax or ()) - set(RELAXABLE))
+        if unknown:
+            raise SandboxError("bad_policy", f"relax names unknown protections {unknown}; known: {RELAXABLE}")
         for path in self.writable:
             if not Path(path).is_absolute():
                 raise SandboxError("bad_policy", f"writable paths must be absolute, got {path!s}")
@@ -159,6 +169,8 @@ class SandboxPolicy:
         data["writable"] = tuple(Path(p) for p in data.get("writable", ()))
         data["env_allow"] = tuple(data.get("env_allow", ()))
         data["require"] = tuple(data.get("require", ()))
+        if data.get("relax") is not None:
+            data["relax"] = tuple(data["relax"])
         return cls(**data)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import select
@@ -168,6 +169,10 @@ def spawn_sandboxed(
         raise SandboxError("bad_policy", "argv is empty: nothing to run")
     if subreaper:
         become_subreaper()
+    if policy.gpu and policy.relax is None:
+        from kernelfoundry.sandbox.gpu_probe import gpu_relaxations
+
+        policy = dataclasses.replace(policy, relax=gpu_relaxations())
     Path(policy.scratch).mkdir(parents=True, exist_ok=True)
     environment = policy.environment(os.environ if parent_env is None else parent_env)
     status_read, status_write = os.pipe2(os.O_CLOEXEC)
