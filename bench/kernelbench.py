@@ -169,7 +169,8 @@ def level_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "accepted": sum(1 for r in rows if r.get("accepted")),
         "correct": len(correct),
         "fast_1_eager": sum(1 for s in eager if s > 1.0) / tasks if tasks else None,
-        "fast_1_compile": sum(1 for s in compiled if s > 1.0) / tasks if tasks else None,
+        # None where torch.compile was not timed (`run` without --compile), not 0
+        "fast_1_compile": sum(1 for s in compiled if s > 1.0) / tasks if tasks and compiled else None,
         "compile_timed": len(compiled),
         "geomean_eager": geomean(eager),
         "geomean_compile": geomean(compiled),

@@ -93,3 +93,9 @@ def test_the_report_names_the_commits_the_levels_and_every_refusal() -> None:
     assert "4/88" in text
     assert "REFUSED resource_limit: too big" in text
     json.dumps(level_summary(rows()))  # the JSON form holds plain numbers
+
+
+def test_without_torch_compile_timings_fast1_over_compile_is_not_reported_as_zero() -> None:
+    untimed = [{k: v for k, v in row.items() if k != "speedup_vs_compile"} for row in rows()]
+    assert level_summary(untimed)["fast_1_compile"] is None
+    assert level_summary(untimed)["geomean_compile"] is None
