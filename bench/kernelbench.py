@@ -214,6 +214,11 @@ def report_text(rows: list[dict[str, Any]], backend: str, complete_levels: dict[
             f"{_f(s['fast_1_eager'], '11.2f')} {_f(s['fast_1_compile'], '13.2f')} "
             f"{_f(s['geomean_eager'], '9.2f')} {_f(s['geomean_compile'], '11.2f')} {floor}"
         )
+    if any((r.get("floor_fraction") or 0) > 1.0 for r in rows):
+        lines.append(
+            "floor% above 100: the bandwidth or peak measured at the start of that chunk understated the "
+            "device's (e.g. a machine shared with other work), so those floors are not trustworthy"
+        )
     lines.append("")
     lines.append(
         f"{'task':58s} {'eager ms':>9s} {'compile':>9s} {'best ms':>9s} {'xEager':>7s} {'xCompile':>8s} "
