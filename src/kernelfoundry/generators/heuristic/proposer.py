@@ -100,6 +100,10 @@ def cuda_seeds(
     has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
     has_sum = any(n.op in ("sum", "mean") for n in graph.nodes)
     seeds: list[tuple[Variant, str]] = []
+    if _few_long_sums(graph):
+        # A loss or a global sum: a handful of rows of millions of elements. One block per row leaves
+        # the GPU idle; rows split across blocks and combined with atomics fill it.
+        seeds.append((Variant(reduction="atomic"), "fused, long rows split across blocks (atomics)"))
     if has_rowop:
         seeds.append(
             (
@@ -120,11 +124,28 @@ def cuda_seeds(
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
     if has_rows:
         seeds.append((Variant(reduction="block"), "fused, block (shared-memory tree) reductions"))
-    if has_sum:
+    if has_sum and not _few_long_sums(graph):
         seeds.append((Variant(reduction="atomic"), "fused, row splits combined with atomics"))
     if not has_rows:
         seeds.append((Variant(vectorize=False), "fused, scalar grid-stride loops (no alignment needed)"))
     return [*seeds, direct]
+
+
+def _few_long_sums(graph: Graph) -> bool:
+    """Whether a sum / mean reduces at least 2^20 elements into fewer than 1024 values."""
+
+    def numel(shape: tuple[int, ...]) -> int:
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+
+    for n in graph.nodes:
+        src = n.args[0] if n.args else None
+        summed = n.kind == "reduction" and n.op in ("sum", "mean") and hasattr(src, "name")
+        if summed and numel(n.shape) < 1024 and numel(graph.shapes[src.name]) >= 2**20:
+            return True
+    return False
 
 
 def cpu_structural(graph: Graph, variant: Variant, mutation: str) -> tuple[Variant, str] | None:
