@@ -57,6 +57,8 @@ def test_a_task_that_is_one_conv_launches_a_generated_conv_and_does_not_rebuild_
     assert "kf_op0" in source.code and "kf.launch('kf_op0'" in source.glue
     assert "nn.Conv2d(" not in source.glue  # the glue would otherwise perform the reference's only op
     assert "self.conv2d.weight = nn.Parameter(" in source.glue
+    units = [(c.source.code, c.source.glue) for c in result.candidates]
+    assert len(set(units)) == len(units)  # seeds that would give the same op unit are handed out once
 
 
 def test_argmax_is_generated_as_float_indices_cast_by_the_glue() -> None:

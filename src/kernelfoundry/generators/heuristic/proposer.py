@@ -334,8 +334,14 @@ class HeuristicGenerator:
             )
 
         if request.parent is None:
+            seen: set[tuple[str, str]] = set()
             for variant, why in seed_variants(graph, backend):
-                yield candidate(variant, "seed", why)
+                seed = candidate(variant, "seed", why)
+                # strategies that do not apply to a graph (an op-kernel unit has no fusion to vary)
+                # give the same unit: hand it out once
+                if (seed.source.code, seed.source.glue) not in seen:
+                    seen.add((seed.source.code, seed.source.glue))
+                    yield seed
             return
         parent_variant = parse_variant(request.parent.source.code) or Variant()
         if request.repair or request.parent.feedback:
