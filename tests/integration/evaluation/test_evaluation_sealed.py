@@ -109,10 +109,35 @@ def test_judge_releases_its_shared_memory_after_each_evaluation(
     units: Units, worker: EvaluationWorker
 ) -> None:
     def memfds() -> int:
-        fd_dir = Path(f"/proc/{worker.child_pid}/fd")
-        return sum(1 for fd in fd_dir.iterdir() if "memfd:" in str(fd.readlink()))
+        found = 0
+        for fd in Path(f"/proc/{worker.child_pid}/fd").iterdir():
+            try:
+                found += "memfd:" in str(fd.readlink())
+            except FileNotFoundError:  # closed meanwhile (the judge starts the next runner)
+                continue
+        return found
 
     assert worker.evaluate(units.request("good_fma")).correct
     assert memfds() == 0
     assert worker.evaluate(units.request("wrong_sign")).reason == reasons.WRONG_RESULT
     assert memfds() == 0
+
+
+def test_runner_pool_starts_one_ahead_and_never_hands_out_a_runner_twice() -> None:
+    from kernelfoundry.evaluation.judge import RunnerPool
+
+    pool = RunnerPool("cpu")
+    pool.prepare()
+    first = pool.take()
+    pool.prepare()
+    second = pool.take()
+    try:
+        assert first is not second and first.pid != second.pid
+        first.wait_ready()  # started ahead: torch imported, the greeting waits on the channel
+        assert first.alive()
+        assert first.scratch.is_dir() and first.scratch != second.scratch
+    finally:
+        first.close()
+        second.close()
+        pool.close()
+    assert not first.scratch.exists()
