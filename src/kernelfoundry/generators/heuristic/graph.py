@@ -70,6 +70,9 @@ class Graph:
     opaque: frozenset[str] = frozenset()
     # values of tensors fx made constants of (qualname -> nested lists), rebuilt by the glue
     constants: Mapping[str, Any] = field(default_factory=dict)
+    # torch nodes generated as op kernels beside the parts (settle.py sets it when the glue alone
+    # would perform every operation of the reference)
+    generated_ops: frozenset[str] = frozenset()
 
     def node(self, name: str) -> OpNode | None:
         for n in self.nodes:

@@ -427,6 +427,12 @@ __global__ void {entry}_kernel(const {entry}_p p, int64_t items, int64_t cols) {
     return "\n".join([struct, item, head.replace("KF_EXPORT int", "KF_EXPORT KF_CPU_ENTRY int"), run])
 
 
+def op_entries(kernels: list[tuple[OpKernel, str]], backend: str) -> str:
+    """Op-kernel entry points to append to a unit that already has the prelude (and, on the CPU, the
+    ISA dispatch macro): the shared helpers, then one entry per (kernel, entry name)."""
+    return "\n".join([_COMMON, *(op_entry(k, e, backend) for k, e in kernels), ""])
+
+
 def op_unit(kernels: list[tuple[OpKernel, str]], backend: str, header: list[str]) -> str:
     """A whole unit of op-kernel entry points (kernel, entry name)."""
     lines = [*header, "// op kernels: " + ", ".join(f"{k.family} -> {e}" for k, e in kernels)]

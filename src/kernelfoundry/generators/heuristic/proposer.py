@@ -295,7 +295,7 @@ class HeuristicGenerator:
         if key in self._settled:
             self._settled.move_to_end(key)
         else:
-            self._settled[key] = settle(self.graph(task), task.name, backend)
+            self._settled[key] = settle(self.graph(task), task.name, backend, task.reference_source)
             while len(self._settled) > self.MAX_GRAPHS:
                 self._settled.popitem(last=False)
         return self._settled[key]

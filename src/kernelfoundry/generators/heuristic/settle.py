@@ -19,19 +19,25 @@ from dataclasses import replace
 from kernelfoundry.generators.heuristic.candidate import generate_source
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.opkernels import op_kernel
 from kernelfoundry.generators.heuristic.variant import Variant
 
 _NAMED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 _SEEDS = (Variant(), Variant(fuse=False, vectorize=False))
 
 
-def settle(graph: Graph, task: str, backend: str) -> Graph:
+def settle(graph: Graph, task: str, backend: str, reference_source: str = "") -> Graph:
     """The graph with nodes the emitters refuse moved to torch, so the default seeds generate.
-    Raises UnsupportedGraph (reason `unsupported`) when nothing at all can be generated."""
+    Raises UnsupportedGraph (reason `unsupported`) when nothing at all can be generated. With the
+    reference's source, a glue that would perform every operation of the reference (the glue check's
+    `glue_reference_fallback`: the generated parts only did what the check does not count) gets the
+    torch ops an op-kernel family covers generated too."""
     for _ in range(len(graph.nodes) + 1):
         try:
             for variant in _SEEDS:
                 generate_source(graph, task, backend, variant)
+            if reference_source:
+                graph = _launch_enough(graph, task, backend, reference_source)
             return graph
         except UnsupportedGraph as exc:
             if exc.message.startswith("the proposer does not support"):
@@ -61,3 +67,21 @@ def _in_torch(graph: Graph, node: OpNode) -> OpNode:
     """The node as the glue replays it: its fx call, reading every tensor its call reads."""
     refs = tuple(Ref(graph.aliases.get(a.name, a.name)) for a in node.fx_node.all_input_nodes)
     return replace(node, kind="other", args=refs)
+
+
+def _launch_enough(graph: Graph, task: str, backend: str, reference_source: str) -> Graph:
+    from kernelfoundry.evaluation.glue_checks import check_glue
+
+    glue = generate_source(graph, task, backend, Variant()).glue
+    if not glue or not any(f.reason == "glue_reference_fallback" for f in check_glue(glue, reference_source)):
+        return graph
+    covered = frozenset(n.name for n in graph.nodes if n.kind in KEPT_IN_TORCH and op_kernel(graph, n))
+    if not covered:
+        return graph
+    widened = replace(graph, generated_ops=covered)
+    try:
+        for variant in _SEEDS:
+            generate_source(widened, task, backend, variant)
+    except Exception:  # the op kernels do not fit this graph: keep what generates
+        return graph
+    return widened
