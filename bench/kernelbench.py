@@ -186,9 +186,11 @@ def _f(value: Any, spec: str) -> str:
     return format(value, spec) if isinstance(value, int | float) else "n/a"
 
 
-def report_text(rows: list[dict[str, Any]], backend: str, complete_levels: dict[str, int]) -> str:
+def report_text(
+    rows: list[dict[str, Any]], backend: str, complete_levels: dict[str, int], note: str = ""
+) -> str:
     """The printed table: one summary line per level, then one line per task."""
-    lines = []
+    lines = [note] if note else []
     commits = sorted({r.get("commit", "unknown") for r in rows})
     lines.append(f"KernelBench levels 1-2, backend {backend}, commits measured: {', '.join(commits) or '-'}")
     header = (
@@ -211,8 +213,8 @@ def report_text(rows: list[dict[str, Any]], backend: str, complete_levels: dict[
         )
         lines.append(
             f"{level:5s} {of:>9s} {s['accepted']:>8d} {s['correct']:>7d} "
-            f"{_f(s['fast_1_eager'], '11.2f')} {_f(s['fast_1_compile'], '13.2f')} "
-            f"{_f(s['geomean_eager'], '9.2f')} {_f(s['geomean_compile'], '11.2f')} {floor}"
+            f"{_f(s['fast_1_eager'], '.2f'):>11s} {_f(s['fast_1_compile'], '.2f'):>13s} "
+            f"{_f(s['geomean_eager'], '.2f'):>9s} {_f(s['geomean_compile'], '.2f'):>11s} {floor}"
         )
     if any((r.get("floor_fraction") or 0) > 1.0 for r in rows):
         lines.append(
@@ -245,7 +247,7 @@ def report(args: argparse.Namespace) -> None:
     rows = read_rows(files)
     kernelbench = Path(args.kernelbench)
     complete = {level: len(level_files(kernelbench, level)) for level in LEVELS if kernelbench.exists()}
-    text = report_text(rows, args.backend, complete)
+    text = report_text(rows, args.backend, complete, args.note)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = f"kernelbench_{args.backend}{args.suffix}"
@@ -254,6 +256,7 @@ def report(args: argparse.Namespace) -> None:
     }
     body = {
         "backend": args.backend,
+        "note": args.note,
         "commits": sorted({r.get("commit", "unknown") for r in rows}),
         "tasks_in_kernelbench": complete,
         "levels": summary,
@@ -390,6 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     rep = sub.choices["report"]
     rep.add_argument("--out", default=str(RESULTS))
     rep.add_argument("--suffix", default="", help="appended to the output names (e.g. _partial)")
+    rep.add_argument("--note", default="", help="a first line for the table (e.g. what makes it partial)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     run(args) if args.command == "run" else report(args)
