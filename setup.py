@@ -25,12 +25,7 @@ class BuildWithProtos(build_py):
         super().run()
 
 
-# The generated buf.validate package must exist as a folder before setuptools maps it (editable installs).
-(ROOT / "src" / "buf" / "validate").mkdir(parents=True, exist_ok=True)
-
 packages = ["kernelfoundry", *(f"kernelfoundry.{p}" for p in find_packages("src/kernelfoundry"))]
-# buf.validate: the protovalidate schema's generated module, which the generated code imports
-packages += ["buf", "buf.validate"]
 packages += ["kernelfoundry.services", *(f"kernelfoundry.services.{p}" for p in find_packages("services"))]
 
 setup(packages=packages, cmdclass={"build_py": BuildWithProtos})

@@ -58,7 +58,7 @@ done
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${platforms[@]}" -d "$dest/wheels" "${pins[@]}"
 
-# kernelfoundry itself: the build generates src/kernelfoundry/v1/*_pb2*.py and src/buf/ from protos/.
+# kernelfoundry itself: the build generates src/kernelfoundry/v1/*_pb2*.py from protos/.
 "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$dest/wheels" "$root"
 wheel="$(ls "$dest"/wheels/kernelfoundry-*.whl)"
 if ! unzip -l "$wheel" | grep -q "kernelfoundry/v1/service_pb2_grpc.py"; then

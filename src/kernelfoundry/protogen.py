@@ -3,19 +3,25 @@
 The request contracts in protos/ are protovalidate annotations (`buf.validate` field rules). Their schema,
 `buf/validate/validate.proto`, is not copied into this repository: it is taken, as a compiled descriptor,
 from the installed `protovalidate` package (a build requirement) and handed to protoc as a descriptor set,
-so the version the rules are written against is the version that enforces them at run time. protoc also
-generates `buf/validate/validate_pb2.py` (package `buf.validate`, git-ignored) because the generated
-kernelfoundry modules import it.
+so the version the rules are written against is the version that enforces them at run time. The
+generated kernelfoundry modules need the schema's Python module too: protoc writes it as
+`buf/validate/validate_pb2.py`, and it is moved under the project's own namespace
+(`kernelfoundry/v1/buf_validate_pb2.py`, git-ignored like every generated module) with the imports
+rewritten, so no generic top-level `buf` package lands in site-packages.
 
 Must never import the generated modules themselves: it runs before they exist.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
 VALIDATE_PROTO = "buf/validate/validate.proto"
+VALIDATE_MODULE = Path("kernelfoundry/v1/buf_validate_pb2.py")  # where the schema's module lands
+_GENERATED_IMPORT = "from buf.validate import validate_pb2 as "
+_OWN_IMPORT = "from kernelfoundry.v1 import buf_validate_pb2 as "
 
 
 def _dependency_descriptor_set() -> bytes:
@@ -61,17 +67,18 @@ def generate(proto_root: Path, out_root: Path) -> list[Path]:
     if code != 0:
         raise RuntimeError(f"protoc failed with exit code {code} for {proto_root}")
     generated: list[Path] = []
-    stems = [
-        Path(VALIDATE_PROTO).with_suffix(""),
-        *(p.relative_to(proto_root).with_suffix("") for p in protos),
-    ]
-    for rel in stems:
+    for rel in (p.relative_to(proto_root).with_suffix("") for p in protos):
         for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
             path = out_root / f"{rel}{suffix}"
             if path.exists():
+                text = path.read_text()
+                if _GENERATED_IMPORT in text:
+                    path.write_text(text.replace(_GENERATED_IMPORT, _OWN_IMPORT))
                 generated.append(path)
-    for package in (out_root / "buf", out_root / "buf" / "validate"):
-        (package / "__init__.py").touch()
+    schema = out_root / Path(VALIDATE_PROTO).with_suffix("")
+    (out_root / VALIDATE_MODULE).write_bytes(schema.with_name("validate_pb2.py").read_bytes())
+    generated.append(out_root / VALIDATE_MODULE)
+    shutil.rmtree(out_root / "buf")  # protoc's own layout of the schema module: nothing may import it
     return generated
 
 

@@ -9,23 +9,20 @@ miss a candidate written between its reads (issue 18: "3 of 4 candidates").
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import nats
 import pytest
 
-from kernelfoundry.bus import subjects
 from kernelfoundry.client import KernelFoundryClient
 from kernelfoundry.domain.speedup import RETIME_MARKER
 from kernelfoundry.stack.hardware import cpu_target
 from kernelfoundry.stack.supervisor import Stack
 from kernelfoundry.v1 import run_pb2
 
-from .test_stack import FAST_ENV, chain_task, config, lineage, wait_finished
+from .test_stack import FAST_ENV, chain_task, config, lineage, store_caught_up, wait_finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -53,29 +50,6 @@ def poll_run(client: KernelFoundryClient, run_id: str, timeout_s: float = 120) -
             ):
                 raise
             time.sleep(0.3)
-
-
-def store_caught_up(stack: Stack) -> bool:
-    """True when the store's durable consumer has acknowledged every event in the history."""
-
-    async def probe() -> bool:
-        nc = await nats.connect(stack.nats_url, connect_timeout=2, max_reconnect_attempts=0)
-        try:
-            js = nc.jetstream(timeout=5)
-            info = await js.consumer_info(subjects.EVENTS_STREAM, "store")
-            stream = await js.stream_info(subjects.EVENTS_STREAM)
-            return (
-                info.num_pending == 0
-                and info.num_ack_pending == 0
-                and info.ack_floor.stream_seq >= stream.state.last_seq
-            )
-        finally:
-            await nc.close()
-
-    try:
-        return asyncio.run(probe())
-    except Exception:  # the store has not bound its consumer yet
-        return False
 
 
 def settled_lineage(stack: Stack, run_id: str, timeout_s: float = 120):  # type: ignore[no-untyped-def]
