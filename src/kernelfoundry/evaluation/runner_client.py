@@ -47,6 +47,7 @@ ENV_ALLOW = (
     "OPENBLAS_L2_SIZE",
 )
 MAX_OPEN_FILES = 4096
+IDLE_WATCHED_OPS = frozenset({"call", "batch"})
 
 
 def _signal_name(returncode: int | None) -> str:
@@ -173,6 +174,7 @@ class RunnerProcess:
         self._cpu_at_reply: int | None = None
         self._last_claim_ns = 0
         self._last_op = "its start"
+        self._watch_idle = False  # only after a timed call or a batch (IDLE_WATCHED_OPS)
         self._judge_children_before: set[int] = set()
         self.closed = False
 
@@ -225,7 +227,11 @@ class RunnerProcess:
 
     # ---- commands ----------------------------------------------------------------------------------
     def _observe_idle(self) -> None:
-        if self._cpu_at_reply is None:
+        # Only the idle time after timed work is watched: that is where work left running would be
+        # missing from a claim. After `load` or `bind` a device runtime legitimately keeps starting up
+        # (the CUDA runtime used 120-324 ms of CPU after `load` on the H200), and after a trial call
+        # lazy module loading may still run; neither overlaps a timed call's claim.
+        if self._cpu_at_reply is None or not self._watch_idle:
             return
         idle = observation.cpu_time_ns(self.pid) - self._cpu_at_reply
         check_idle_cpu(idle, self._last_claim_ns, f"`{self._last_op}`")
@@ -298,6 +304,7 @@ class RunnerProcess:
             raise EvaluationFailure(reasons.RUNNER_PROTOCOL_VIOLATION, f"after {during}: {exc}") from None
         self._last_op = op
         self._last_claim_ns = int(getattr(reply, "claimed_ns", 0))
+        self._watch_idle = op in IDLE_WATCHED_OPS and not fields.get("trial", False)
         if isinstance(reply, messages.Failed):
             self.close()
             raise EvaluationFailure(reply.reason, reply.message)
