@@ -5,6 +5,8 @@ raises, and each candidate launches a kernel of its own (no glue, or glue with `
 Slow (`slow` marker): on the CPU, the first candidate the proposer ranks best is built with g++
 (the build cache under `.kf/test-build-cache`, or KF_TEST_BUILD_CACHE) and judged by the product's
 evaluator; the next is tried only when it fails. Skipped cleanly when the task folder is absent.
+By default the slow test walks a fixed sample of every SAMPLE_STRIDE-th task, so that the README's test
+command stays within CI's time on 2 cores; KF_KERNELBENCH_WALK=all walks all 176 (about 15-30 minutes).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ CANDIDATES_TRIED = 3
 # under heavy load (load average 19 on 2 cores was seen) that check alone can fail a correct kernel,
 # and the same kernel passes when evaluated again. This test is about correctness: it re-evaluates.
 TIMING_RETRIES = 2
+
+SAMPLE_STRIDE = 11
+WALKED = FILES if os.environ.get("KF_KERNELBENCH_WALK") == "all" else FILES[::SAMPLE_STRIDE]
 
 pytestmark = pytest.mark.skipif(not FILES, reason="../shared/kernelbench is absent")
 
@@ -84,7 +89,7 @@ def build_cache() -> object:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", FILES, ids=[task_id(p) for p in FILES])
+@pytest.mark.parametrize("path", WALKED, ids=[task_id(p) for p in WALKED])
 def test_the_cpu_candidate_ranked_first_is_correct(
     path: Path, cpu_worker: object, build_cache: object
 ) -> None:
