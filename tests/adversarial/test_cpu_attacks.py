@@ -17,6 +17,23 @@ from attacks import ATTACKS, FAST, SHORT_DEADLINE, WITH_BASELINE, Arsenal, Attac
 from kernelfoundry.evaluation import EvaluationReport, EvaluationWorker, reasons
 
 CPU_ATTACKS = catalogue("cpu")
+# Open holes (docs/evaluation.md, "Adversarial suite"): the evaluator catches these only sometimes, so
+# their tests may pass or fail without failing the suite; the hole stays listed until it is closed.
+KNOWN_HOLES = {
+    "content_hash_cache": "timed calls reuse input contents the runner has seen: a cache keyed by a hash "
+    "of the inputs is caught by the timing cross-check only sometimes",
+}
+
+
+def _params(attacks: list[Attack]) -> list[object]:
+    return [
+        pytest.param(a, marks=pytest.mark.xfail(reason=KNOWN_HOLES[a.name], strict=False))
+        if a.name in KNOWN_HOLES
+        else a
+        for a in attacks
+    ]
+
+
 CONTROL = read_attack(ATTACKS / "cpu" / "control_fma.cpp")
 
 
@@ -56,7 +73,7 @@ def assert_control_passes(worker: EvaluationWorker, arsenal: Arsenal, control: A
     assert report.correct, f"after {after.name}: {report.reason}: {report.message}"
 
 
-@pytest.mark.parametrize("attack", CPU_ATTACKS, ids=lambda a: a.name)
+@pytest.mark.parametrize("attack", _params(CPU_ATTACKS), ids=lambda a: a.name)
 def test_attack_is_caught_and_the_worker_keeps_serving(
     attack: Attack, arsenal: Arsenal, worker: EvaluationWorker, listener: socket.socket
 ) -> None:

@@ -15,20 +15,43 @@ from pathlib import Path
 PROC = Path("/proc")
 
 
+TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
 def cpu_time_ns(pid: int) -> int:
     """CPU time consumed so far by every live thread of `pid` (0 when the process is gone)."""
-    total = 0
+    return sum(cpu_time_split_ns(pid))
+
+
+def process_cpu_ns(pid: int) -> int:
+    """CPU time of the whole process, exited threads included (utime + stime of /proc/<pid>/stat: clock
+    ticks, so coarse: TICK_NS); 0 when the process is gone."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+        fields = text[text.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) * TICK_NS
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def cpu_time_split_ns(pid: int) -> tuple[int, int]:
+    """CPU time consumed so far by `pid`'s main thread, and by its other live threads ((0, 0) when gone)."""
+    main = others = 0
     try:
         tasks = os.listdir(PROC / str(pid) / "task")
     except OSError:
-        return 0
+        return 0, 0
     for tid in tasks:
         try:
             with open(PROC / str(pid) / "task" / tid / "schedstat", encoding="ascii") as stat:
-                total += int(stat.read().split()[0])
+                spent = int(stat.read().split()[0])
         except (OSError, ValueError, IndexError):
             continue
-    return total
+        if tid == str(pid):
+            main += spent
+        else:
+            others += spent
+    return main, others
 
 
 def _children_from_tasks(pid: int) -> set[int] | None:

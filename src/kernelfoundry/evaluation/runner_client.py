@@ -47,7 +47,17 @@ ENV_ALLOW = (
     "OPENBLAS_L2_SIZE",
 )
 MAX_OPEN_FILES = 4096
+# The runner's memory limit (RLIMIT_AS on the CPU, RLIMIT_DATA with a GPU, where CUDA reserves far more
+# address space than it uses): a runner is started before its candidate is known, so the limit is the
+# host's, not the task's. KF_RUNNER_MEMORY_BYTES overrides the default share of physical memory.
+RUNNER_MEMORY_ENV = "KF_RUNNER_MEMORY_BYTES"
+RUNNER_MEMORY_SHARE = 0.75
+MIN_RUNNER_MEMORY_BYTES = 4 << 30
 IDLE_WATCHED_OPS = frozenset({"call", "batch"})
+# The idle window after a watched reply lasts at least this long before the next command, so that work a
+# unit left running has time to show up as CPU time however quickly the judge moves on (without it the
+# window could be a fraction of a millisecond, and detection depended on the judge's own speed).
+MIN_IDLE_WINDOW_S = 0.003
 
 
 def _signal_name(returncode: int | None) -> str:
@@ -96,6 +106,15 @@ class _PlainProcess:
         return []
 
 
+def runner_memory_bytes() -> int:
+    """How much memory a runner may take: KF_RUNNER_MEMORY_BYTES, else 3/4 of physical memory."""
+    configured = os.environ.get(RUNNER_MEMORY_ENV, "").strip()
+    if configured:
+        return max(int(configured), MIN_RUNNER_MEMORY_BYTES)
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(int(physical * RUNNER_MEMORY_SHARE), MIN_RUNNER_MEMORY_BYTES)
+
+
 def launch_sandboxed(
     argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...], gpu: bool
 ) -> Any:
@@ -108,7 +127,7 @@ def launch_sandboxed(
         scratch=scratch,
         env_allow=(),
         env_set=env,
-        memory_bytes=None,
+        memory_bytes=runner_memory_bytes(),
         max_processes=None,
         max_open_files=MAX_OPEN_FILES,
         cpu_seconds=None,
@@ -171,10 +190,12 @@ class RunnerProcess:
             runner_end.close()
         self.pid: int = self.process.pid
         self.ready = False
-        self._cpu_at_reply: int | None = None
+        # (main thread, other live threads, whole process with exited threads) at the last reply
+        self._cpu_at_reply: tuple[int, int, int] | None = None
         self._last_claim_ns = 0
         self._last_op = "its start"
         self._watch_idle = False  # only after a timed call or a batch (IDLE_WATCHED_OPS)
+        self._replied_at = 0.0  # time.monotonic() of the last reply
         self._judge_children_before: set[int] = set()
         self.closed = False
 
@@ -194,7 +215,7 @@ class RunnerProcess:
         except messages.ProtocolViolation as exc:
             raise EvaluationFailure(reasons.WORKER_ERROR, f"the runner's greeting was wrong: {exc}") from exc
         self.ready = True
-        self._cpu_at_reply = observation.cpu_time_ns(self.pid)
+        self._cpu_at_reply = self._cpu_now()
 
     def alive(self) -> bool:
         return not self.closed and self.process.poll() is None
@@ -233,8 +254,20 @@ class RunnerProcess:
         # lazy module loading may still run; neither overlaps a timed call's claim.
         if self._cpu_at_reply is None or not self._watch_idle:
             return
-        idle = observation.cpu_time_ns(self.pid) - self._cpu_at_reply
-        check_idle_cpu(idle, self._last_claim_ns, f"`{self._last_op}`")
+        remaining = self._replied_at + MIN_IDLE_WINDOW_S - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+        main_now, others_now, total_now = self._cpu_now()
+        main_then, others_then, total_then = self._cpu_at_reply
+        main, others = main_now - main_then, others_now - others_then
+        # a thread that ran and exited inside the window is gone from /proc/<pid>/task: its time shows
+        # only in the whole process's coarse figure (two ticks of slack for the rounding of both reads)
+        exited = (total_now - total_then) - (main + others) - 2 * observation.TICK_NS
+        check_idle_cpu(max(others, others + exited), self._last_claim_ns, f"`{self._last_op}`", main)
+
+    def _cpu_now(self) -> tuple[int, int, int]:
+        main, others = observation.cpu_time_split_ns(self.pid)
+        return main, others, observation.process_cpu_ns(self.pid)
 
     def _observe_processes(self) -> None:
         judge = os.getpid()
@@ -288,7 +321,8 @@ class RunnerProcess:
             channel.send(self._sock, messages.command(op, nonce, **fields), fds)
             data = channel.receive(self._sock, deadline)
             wall = time.perf_counter_ns() - started
-            self._cpu_at_reply = observation.cpu_time_ns(self.pid)
+            self._cpu_at_reply = self._cpu_now()
+            self._replied_at = time.monotonic()
             reply = messages.parse_reply(data, expected, nonce)
             if channel.pending(self._sock):
                 raise channel.ChannelViolation("a second message followed the reply")

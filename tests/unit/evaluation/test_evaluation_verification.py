@@ -63,3 +63,11 @@ def test_idle_cpu_over_the_allowance_is_background_work() -> None:
     with pytest.raises(EvaluationFailure) as caught:
         verification.check_idle_cpu(5_000_000, 1_000_000, "`call`")
     assert caught.value.reason == reasons.BACKGROUND_WORK
+
+
+def test_the_main_thread_has_room_for_the_interpreter_after_a_reply_but_not_for_a_kernel() -> None:
+    verification.check_idle_cpu(0, 0, "`call`", main_thread_ns=2_000_000)  # bookkeeping, a collection
+    with pytest.raises(EvaluationFailure) as caught:
+        verification.check_idle_cpu(0, 1_000_000, "`call`", main_thread_ns=40_000_000)
+    assert caught.value.reason == reasons.BACKGROUND_WORK
+    assert "main thread" in caught.value.message
