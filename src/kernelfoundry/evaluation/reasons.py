@@ -6,6 +6,9 @@ Users count and filter failures by these codes; they are part of the product's c
 
 from __future__ import annotations
 
+import contextlib
+import signal
+
 # The unit and its call.
 ABI_MISMATCH = "abi_mismatch"
 MISSING_ENTRY_POINT = "missing_entry_point"
@@ -81,3 +84,14 @@ def classify_exception(exc: BaseException, where: str) -> EvaluationFailure:
     if "cuda error" in lowered or "acceleratorerror" in lowered or "cudaerror" in lowered:
         return EvaluationFailure(DEVICE_ERROR, f"{where}: {text}")
     return EvaluationFailure(GLUE_ERROR, f"{where} raised {text}")
+
+
+def signal_name(returncode: int | None) -> str:
+    """How a process ended, for a message: the signal's name, or its exit status."""
+    if returncode is None:
+        return "an unknown cause"
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-returncode).name
+        return f"signal {-returncode}"
+    return f"exit status {returncode}"

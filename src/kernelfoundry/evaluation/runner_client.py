@@ -60,16 +60,6 @@ IDLE_WATCHED_OPS = frozenset({"call", "batch"})
 MIN_IDLE_WINDOW_S = 0.003
 
 
-def _signal_name(returncode: int | None) -> str:
-    if returncode is None:
-        return "an unknown cause"
-    if returncode < 0:
-        with contextlib.suppress(ValueError):
-            return signal.Signals(-returncode).name
-        return f"signal {-returncode}"
-    return f"exit status {returncode}"
-
-
 class _PlainProcess:
     """The stand-in for kernelfoundry.sandbox's process when that package is absent."""
 
@@ -299,7 +289,7 @@ class RunnerProcess:
                 reasons.RUNNER_PROTOCOL_VIOLATION,
                 f"the runner closed its channel during {during} while alive",
             )
-        message = f"the runner died with {_signal_name(code)} during {during}"
+        message = f"the runner died with {reasons.signal_name(code)} during {during}"
         if self.backend.memory == "shared" and code in (-signal.SIGSEGV, -signal.SIGBUS):
             message += " (inputs and parameters are mapped read-only: a write to one ends here)"
         if tail:

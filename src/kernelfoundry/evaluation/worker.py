@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -101,16 +100,6 @@ class _Child:
         self.kill()
 
 
-def _signal_name(returncode: int | None) -> str:
-    if returncode is None:
-        return "an unknown cause"
-    if returncode < 0:
-        with contextlib.suppress(ValueError):
-            return signal.Signals(-returncode).name
-        return f"signal {-returncode}"
-    return f"exit status {returncode}"
-
-
 class EvaluationWorker:
     """Evaluates requests for one device ("cpu" or "cuda:N"), one at a time, crash-isolated."""
 
@@ -187,7 +176,7 @@ class EvaluationWorker:
         except (ChildGone, EOFError, OSError):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=10)
-            cause = _signal_name(child.process.poll())
+            cause = reasons.signal_name(child.process.poll())
             tail = child.stderr_tail()
             self._discard_child()
             message = f"the judge process died with {cause} while judging the candidate"
