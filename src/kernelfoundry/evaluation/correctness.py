@@ -79,7 +79,7 @@ def judge_values(
     history.max_abs_error = max(history.max_abs_error, result.max_abs_error)
     history.max_rel_error = max(history.max_rel_error, result.max_rel_error)
     eager_flat = i < len(history.eager_degenerate) and history.eager_degenerate[i]
-    degenerate = not eager_flat and comparison.is_degenerate(out, ref)
+    degenerate = not eager_flat and comparison.is_degenerate(out, ref, history.error_floor)
     if result.ok and not degenerate:
         return
     detail = f"output {i}: {result.describe(tolerance)}"

@@ -80,6 +80,16 @@ def test_constant_output_is_degenerate_only_when_the_reference_varies() -> None:
     assert not comparison.is_degenerate(torch.ones(100), torch.ones(100, dtype=torch.float64))
 
 
+def test_a_reference_varying_only_below_eagers_own_error_is_rounding_noise_not_a_signal() -> None:
+    # a group norm over one element: float64 leaves ~1e-14 where the answer is 0, float32 writes 0
+    noise = torch.randn(4096, dtype=torch.float64) * 1e-14
+    eager_error = float(noise.abs().max())
+    assert comparison.is_degenerate(torch.zeros(4096), noise)  # without the floor it looks like a signal
+    assert not comparison.is_degenerate(torch.zeros(4096), noise, noise_floor=2 * eager_error)
+    signal = torch.randn(4096, dtype=torch.float64)
+    assert comparison.is_degenerate(torch.zeros(4096), signal, noise_floor=2 * eager_error)
+
+
 def test_half_precision_level_result_is_recognised_for_float32_only() -> None:
     ref = torch.randn(1000, dtype=torch.float64)
     rounded = ref.to(torch.bfloat16).to(torch.float32)
