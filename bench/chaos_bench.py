@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,16 +27,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 from chaos.harness import TARGETS, ChaosReport, ChaosRound, ChaosSettings, start_stack  # noqa: E402
-
-
-def commit() -> str:
-    """The commit measured: KF_BENCH_COMMIT when the bench runs from a copy without git, else HEAD."""
-    named = os.environ.get("KF_BENCH_COMMIT", "")
-    if named:
-        return named
-    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return found.stdout.strip() or "unknown"
+from provenance import machine, measured_commit  # noqa: E402
 
 
 def round_row(index: int, report: ChaosReport) -> dict[str, Any]:
@@ -113,12 +103,8 @@ def main() -> int:
     totals = summarise(rows)
     print_table(rows, totals)
     result = {
-        "commit": commit(),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "commit": measured_commit(),
+        "machine": machine(),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "wall_s": round(time.monotonic() - started, 1),
         "totals": totals,

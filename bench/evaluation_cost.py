@@ -1,16 +1,24 @@
-"""Evaluation cost per candidate on the CPU: wall time of one evaluation through the product's worker.
+"""Evaluation cost per candidate: wall time of one evaluation through the product's worker, and where it goes.
 
-Builds three honest CPU candidates with the real g++ toolchain and evaluates each REPEATS times through
-one warm EvaluationWorker (the executor's path) with the default EvaluationSettings, then once through
+Builds honest candidates with the real toolchain and evaluates each REPEATS times through one warm
+EvaluationWorker (the executor's path) with the default EvaluationSettings, then once through
 `evaluate_once` (a fresh worker: the `kernelfoundry evaluate` path). Prints a table of median
-`duration_s` per candidate and writes it as JSON:
+`duration_s` per candidate, then the median of each phase of the judge's own account (`phases_ms`:
+runner start, inputs, trials, timed runs with their refresh and checks, cross-check, baselines), and
+on CUDA the fraction of the evaluations' wall time the GPU was busy (nvidia-smi sampled every 50 ms).
+Writes it as JSON:
 
     .venv/bin/python bench/evaluation_cost.py --out bench/results/evaluation_cost.json [--label after]
+    python3 bench/evaluation_cost.py --backend cuda --task level1_gelu level2_elementwise_chain \
+        --out bench/results/evaluation_cost_cuda.json
+
+`--task NAME ...` takes suite tasks (tasks/NAME.py) with the proposer's first seed that builds, on
+either backend, instead of the fixed CPU cases.
 
 `--case N` runs one case and appends its row to the label's list (to alternate two source trees case
 by case on a busy host, where load drifts over minutes).
 
-Cases: the fused elementwise chain of tasks/level2_elementwise_chain.py at its CPU size (512 x 8192
+Fixed CPU cases: the fused elementwise chain of tasks/level2_elementwise_chain.py at its CPU size (512 x 8192
 float32), the small fused multiply-add fixture (4096 floats: fixed costs dominate), and the same with
 Python glue. Never checks correctness beyond asserting each candidate is judged correct.
 """
@@ -18,8 +26,10 @@ Python glue. Never checks correctness beyond asserting each candidate is judged 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +52,7 @@ from kernelfoundry.toolchains import BuildTarget, build  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
 REPEATS = 5
+SAMPLE_MS = 50
 
 CHAIN_KERNEL = r"""
 #include <math.h>
@@ -79,61 +90,178 @@ def cases() -> list[tuple[str, Any, KernelSource]]:
     ]
 
 
+def suite_cases(names: list[str], backend: str, work: Path) -> list[tuple[str, Any, KernelSource, Path]]:
+    """Suite tasks with the proposer's first seed that builds (as bench/evaluator_ab.py picks it)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from evaluator_ab import first_built_seed
+
+    chosen = []
+    for name in names:
+        task = shapes_for_backend(load_task(ROOT / "tasks" / f"{name}.py"), backend)
+        seed = first_built_seed(task, backend, work / name)
+        if seed is None:
+            print(f"{name}: no seed of the proposer built; left out", file=sys.stderr)
+            continue
+        chosen.append((name, task, seed[0], seed[1]))
+    return chosen
+
+
+def fixed_cases(work: Path) -> list[tuple[str, Any, KernelSource, Path]]:
+    chosen = []
+    for name, task, source in cases():
+        built = build(source, BuildTarget("cpu", "x86_64"), None, out_dir=work / name[:8])
+        assert built.ok and built.artifact is not None, built.log
+        chosen.append((name, task, source, built.artifact))
+    return chosen
+
+
+class GpuBusy:
+    """The fraction of samples in which nvidia-smi saw the GPU busy (utilization.gpu > 0), while open."""
+
+    def __init__(self, device: str) -> None:
+        self.index = device.split(":", 1)[1] if ":" in device else "0"
+        self.samples: list[float] = []
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> GpuBusy:
+        try:
+            self._process = subprocess.Popen(
+                [
+                    "nvidia-smi",
+                    "-i",
+                    self.index,
+                    "--query-gpu=utilization.gpu",
+                    "--format=csv,noheader,nounits",
+                    f"--loop-ms={SAMPLE_MS}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        except OSError:
+            self._process = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        out, _ = self._process.communicate(timeout=10)
+        self.samples = [float(line) for line in out.split() if line.strip().replace(".", "", 1).isdigit()]
+
+    @property
+    def busy_fraction(self) -> float | None:
+        return sum(1 for s in self.samples if s > 0) / len(self.samples) if self.samples else None
+
+
+def measure(
+    worker: EvaluationWorker, name: str, request: EvaluationRequest, repeats: int, device: str
+) -> dict[str, Any]:
+    worker.evaluate(request)  # warm: the first evaluation of a process imports more
+    reports = []
+    busy = GpuBusy(device) if device.startswith("cuda") else None
+    with busy if busy is not None else contextlib.nullcontext():
+        for _ in range(repeats):
+            report = worker.evaluate(request)
+            assert report.correct, f"{name}: {report.reason}: {report.message}"
+            reports.append(report)
+    phases = sorted({phase for r in reports for phase in r.phases_ms})
+    started = time.monotonic()
+    once = evaluate_once(request)
+    cold_s = time.monotonic() - started
+    assert once.correct, f"{name}: {once.reason}: {once.message}"
+    durations = [r.duration_s for r in reports]
+    return {
+        "case": name,
+        "warm_median_s": statistics.median(durations),
+        "warm_min_s": min(durations),
+        "warm_max_s": max(durations),
+        "evaluate_once_s": cold_s,
+        "runtime_ms": statistics.median(r.runtime_ms or 0.0 for r in reports),
+        "baseline_ms": reports[-1].baseline_ms,
+        "phases_ms": {p: statistics.median(r.phases_ms.get(p, 0.0) for r in reports) for p in phases},
+        "gpu_busy_fraction": busy.busy_fraction if busy is not None else None,
+    }
+
+
+def print_table(label: str, repeats: int, rows: list[dict[str, Any]]) -> None:
+    print(f"evaluation cost per candidate ({label}; {repeats} warm evaluations each)")
+    print(
+        f"{'case':32} {'warm median s':>14} {'min':>7} {'max':>7} {'evaluate_once s':>16} {'runtime ms':>11}"
+        f" {'GPU busy':>9}"
+    )
+    for row in rows:
+        busy = row.get("gpu_busy_fraction")
+        print(
+            f"{row['case']:32} {row['warm_median_s']:14.3f} {row['warm_min_s']:7.3f} "
+            f"{row['warm_max_s']:7.3f} {row['evaluate_once_s']:16.2f} {row['runtime_ms']:11.4f}"
+            f" {'-' if busy is None else f'{busy:.0%}':>9}"
+        )
+    phases = sorted({p for row in rows for p in row.get("phases_ms", {})})
+    if phases:
+        print("\nmedian judge time per phase, ms (refresh and checks are part of timed_runs)")
+        print(f"{'case':32} " + " ".join(f"{p[:12]:>12}" for p in phases))
+        for row in rows:
+            print(f"{row['case']:32} " + " ".join(f"{row['phases_ms'].get(p, 0.0):12.1f}" for p in phases))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "evaluation_cost.json")
     parser.add_argument("--label", default="current")
     parser.add_argument("--repeats", type=int, default=REPEATS)
-    parser.add_argument("--case", type=int, default=None, help="run only this case (0-based)")
+    parser.add_argument("--case", type=int, default=None, help="run only this fixed case (0-based)")
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--task", nargs="*", default=None, help="suite tasks (tasks/NAME.py) instead")
     args = parser.parse_args()
-    settings = EvaluationSettings(cpu_threads=2)
+    device = "cuda:0" if args.backend == "cuda" else "cpu"
+    threads = 2 if args.backend == "cpu" else None
+    settings = EvaluationSettings(cpu_threads=threads)
     rows: list[dict[str, Any]] = []
     with (
         tempfile.TemporaryDirectory(prefix="kf-eval-cost-") as work,
-        EvaluationWorker("cpu", cpu_threads=2) as worker,
+        EvaluationWorker(device, cpu_threads=threads) as worker,
     ):
-        chosen = cases() if args.case is None else [cases()[args.case]]
-        for name, task, source in chosen:
-            built = build(source, BuildTarget("cpu", "x86_64"), None, out_dir=Path(work) / name[:8])
-            assert built.ok and built.artifact is not None, built.log
-            request = EvaluationRequest(task, source, built.artifact, "cpu", settings)
-            worker.evaluate(request)  # warm: the first evaluation of a process imports more
-            durations, runtimes = [], []
-            for _ in range(args.repeats):
-                report = worker.evaluate(request)
-                assert report.correct, f"{name}: {report.reason}: {report.message}"
-                durations.append(report.duration_s)
-                runtimes.append(report.runtime_ms or 0.0)
-            started = time.monotonic()
-            once = evaluate_once(request)
-            cold_s = time.monotonic() - started
-            assert once.correct, f"{name}: {once.reason}: {once.message}"
-            rows.append(
-                {
-                    "case": name,
-                    "warm_median_s": statistics.median(durations),
-                    "warm_min_s": min(durations),
-                    "warm_max_s": max(durations),
-                    "evaluate_once_s": cold_s,
-                    "runtime_ms": statistics.median(runtimes),
-                    "baseline_ms": report.baseline_ms,
-                }
-            )
-    print(f"evaluation cost per candidate ({args.label}; {args.repeats} warm evaluations each)")
-    print(
-        f"{'case':32} {'warm median s':>14} {'min':>7} {'max':>7} {'evaluate_once s':>16} {'runtime ms':>11}"
-    )
-    for row in rows:
-        print(
-            f"{row['case']:32} {row['warm_median_s']:14.3f} {row['warm_min_s']:7.3f} "
-            f"{row['warm_max_s']:7.3f} {row['evaluate_once_s']:16.2f} {row['runtime_ms']:11.4f}"
-        )
+        if args.task:
+            chosen = suite_cases(args.task, args.backend, Path(work))
+        else:
+            if args.backend != "cpu":
+                parser.error("the fixed cases are CPU kernels: name suite tasks with --task for CUDA")
+            chosen = fixed_cases(Path(work))
+            chosen = chosen if args.case is None else [chosen[args.case]]
+        for name, task, source, artifact in chosen:
+            request = EvaluationRequest(task, source, artifact, device, settings)
+            rows.append(measure(worker, name, request, args.repeats, device))
+    print_table(args.label, args.repeats, rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     existing: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     existing[args.label] = [*existing.get(args.label, []), *rows] if args.case is not None else rows
+    existing.setdefault("commits", {})[args.label] = measured_commit()
     args.out.write_text(json.dumps(existing, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
+
+
+def measured_commit() -> str:
+    import os
+
+    if os.environ.get("KF_BENCH_COMMIT"):
+        return os.environ["KF_BENCH_COMMIT"]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src", "services"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 if __name__ == "__main__":

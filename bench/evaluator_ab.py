@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -112,10 +113,15 @@ def first_built_seed(task: Any, backend: str, work: Path) -> tuple[KernelSource,
 
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
-    return {
+    kept = {
         key: report.get(key)
         for key in ("correct", "reason", "runtime_ms", "baseline_ms", "speedup", "duration_s")
     }
+    if report.get("phases_ms"):  # where the judge's time went (this tree's evaluator only)
+        kept["phases_ms"] = report["phases_ms"]
+    if report.get("reason"):
+        kept["message"] = str(report.get("message") or "")[:2000]
+    return kept
 
 
 def median_of(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -248,26 +254,49 @@ def main() -> int:
             for path in paths:
                 rows.append(compare_task(path, args.backend, device, threads, args.rounds, base, work))
                 print(f"  {path.stem}: done ({time.monotonic() - started:.0f} s)", flush=True)
+                write_results(args, device, rows, summarise(rows), started, partial=True)
         finally:
             base.close()
     summary = print_table(rows)
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    write_results(args, device, rows, summary, started, partial=False)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def measured_commit() -> str:
+    """KF_BENCH_COMMIT where the tree travelled without git (the device carry), else HEAD."""
+    if os.environ.get("KF_BENCH_COMMIT"):
+        return os.environ["KF_BENCH_COMMIT"]
+    return (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
+
+
+def write_results(
+    args: argparse.Namespace,
+    device: str,
+    rows: list[dict[str, Any]],
+    summary: dict[str, Any],
+    started: float,
+    partial: bool,
+) -> None:
+    """Written after every task too, so that a run cut off by a time limit keeps what it measured."""
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
-        "commit": commit or "unknown",
+        "commit": measured_commit(),
         "base": str(args.base_src or args.base),
         "backend": args.backend,
         "device": device,
         "rounds": args.rounds,
+        "partial": partial,
         "summary": summary,
         "rows": rows,
         "wall_s": time.monotonic() - started,
     }
     args.out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
 
 
 if __name__ == "__main__":

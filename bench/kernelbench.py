@@ -40,7 +40,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -118,24 +117,15 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
 
 
 def current_commit() -> str:
-    """The commit measured: KF_BENCH_COMMIT (set from the carry folder on the accelerator machine, whose
-    copy of the repository has no current history), else HEAD, marked `+dirty` when tracked files differ."""
-    if os.environ.get("KF_BENCH_COMMIT"):
-        return os.environ["KF_BENCH_COMMIT"]
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{head}+dirty" if changed else head
+    """The commit measured (bench/provenance.py: KF_BENCH_COMMIT on the accelerator machine, else HEAD),
+    marked `+dirty` when the code it measures (src, services, protos) differs from it: the results file
+    this bench appends to is not the code."""
+    from provenance import measured_commit, uncommitted_changes
+
+    commit = measured_commit(short=True)
+    if os.environ.get("KF_BENCH_COMMIT") or commit == "unknown":
+        return commit
+    return f"{commit}+dirty" if uncommitted_changes() else commit
 
 
 # -- one task's row ---------------------------------------------------------------------------------

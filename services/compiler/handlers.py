@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelfoundry.bus import subjects
+from kernelfoundry.bus.artifact_cleanup import artifact_name as unit_name
 from kernelfoundry.bus.consumer import Delivery, Reject
-from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.bus.protocol import Bus, Outgoing
 from kernelfoundry.codec import kernel_from_proto
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.stack.quiet_host import QuietHost
@@ -44,7 +45,7 @@ class CompileHandler:
         result = await asyncio.to_thread(self._build, source, target)
         artifact_name = ""
         if result.ok and result.artifact is not None:
-            artifact_name = f"{request.candidate_id}.so"
+            artifact_name = unit_name(request.candidate_id)
             await self.bus.put_artifact(artifact_name, Path(result.artifact).read_bytes())
         if self.metrics is not None:
             hw = request.build_target
@@ -76,6 +77,7 @@ class CompileHandler:
                 artifact=artifact_name,
                 task=request.task,
                 hardware=request.execute_hardware,
+                screen_above_ms=request.screen_above_ms,
             )
             out.append(
                 Outgoing(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import decoder_for
-from kernelfoundry.bus.jetstream import Bus
+from kernelfoundry.bus.protocol import Bus
 from kernelfoundry.config import Settings
 from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.compiler.handlers import CompileHandler

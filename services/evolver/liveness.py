@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kernelfoundry.api.serving import Served, ServingProbe
-from kernelfoundry.bus.jetstream import Bus, Outgoing
-from kernelfoundry.services.evolver.runs import RunCoordinator, RunState
+from kernelfoundry.bus.protocol import Bus, Outgoing
+from kernelfoundry.services.evolver.runs import RunCoordinator
+from kernelfoundry.services.evolver.state import RunState
 from kernelfoundry.telemetry.logging import get_logger
 
 log = get_logger(__name__)

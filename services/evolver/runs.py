@@ -1,157 +1,123 @@
 """The evolver's run coordinator: turns events into engine calls and engine plans into messages.
 
-Service layer: no NATS or gRPC here (handlers return the messages to publish), no search policy either
-(that is the pure EvolutionEngine in kernelfoundry.domain). Idempotent by construction: candidate ids
-are derived from request ids, and every event for a candidate already resolved is ignored.
+Service layer: no NATS or gRPC here (handlers return the messages to publish), no search or sweep policy
+either (the pure EvolutionEngine and kernelfoundry.domain.sweeps decide). Idempotent by construction:
+candidate ids are derived from request ids, and every event for a candidate already resolved is ignored.
+
+Its neighbours, one responsibility each: the run's state (.state), the messages it sends (.messages),
+the progress views (.progress), the best kernel's files (.files), resuming from the lineage (.resume).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
-from kernelfoundry.bus import subjects
-from kernelfoundry.bus.jetstream import Outgoing
-from kernelfoundry.codec import descriptors_to_proto, kernel_from_proto, kernel_to_proto
-from kernelfoundry.domain.archive import Elite
+from kernelfoundry.bus.protocol import Outgoing
+from kernelfoundry.codec import (
+    descriptors_from_proto,
+    evaluation_from_proto,
+    kernel_from_proto,
+    run_config_from_proto,
+    usage_from_proto,
+)
+from kernelfoundry.domain.budgets import BARREN_GENERATIONS, Budget
 from kernelfoundry.domain.descriptors import Descriptors, classify
-from kernelfoundry.domain.engine import EngineConfig, EvolutionEngine, GenerationPlan
-from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo, Mismatch
+from kernelfoundry.domain.engine import EngineConfig, EngineEvent, EvolutionEngine
+from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.outcomes import Outcome
-from kernelfoundry.domain.speedup import (
-    Measurement,
-    RunSpeedup,
-    fastest,
-    kernel_speedup,
-    pool_baseline,
-    retime_id,
-    run_speedup,
+from kernelfoundry.domain.results import EvaluationResult, build_failure
+from kernelfoundry.domain.speedup import fastest, kernel_speedup, pool_baseline, retime_id, run_speedup
+from kernelfoundry.domain.sweeps import (
+    ALL_SHAPES,
+    SweepCampaign,
+    SweepFailure,
+    SweepJob,
+    known_point_result,
+    point_result,
+    stale_sweep,
+    sweep_points_per_generation,
+    worth_sweeping,
 )
-from kernelfoundry.domain.sweeps import SweepCampaign, SweepFailure, SweepJob
-from kernelfoundry.tasks.model import Budget, Task, TaskError
+from kernelfoundry.generators.accounting import meta_usage_id
+from kernelfoundry.services.evolver import messages
+from kernelfoundry.services.evolver import progress as views
+from kernelfoundry.services.evolver.files import write_best
+from kernelfoundry.services.evolver.state import CandidateState, RunState, source_digest
+from kernelfoundry.tasks.model import Task, TaskError
 from kernelfoundry.telemetry.logging import get_logger
-from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2, task_pb2
+from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2
 
 log = get_logger(__name__)
 
-EXTENSIONS = {"cpp": "cpp", "cuda": "cu"}
+
 DEFAULT_BUILD_TARGETS = {"cuda.h200": "cuda.sm90", "cuda.h100": "cuda.sm90", "cuda.a100": "cuda.sm80"}
-# Placements after which an elite's tunables are worth sweeping.
-SWEEP_TRIGGERS = ("new_cell", "elite_replaced", "improvement")
-# Sweep only kernels within this fraction of the run's best: a setting rarely moves a kernel further, and
-# every sweep point is an evaluation the search could have spent elsewhere.
-SWEEP_NEAR_BEST = 0.75
-ALL_SHAPES = "all"  # evaluations aggregate every shape of the task; sweeps tune for that aggregate
-RETIME_OPERATOR = "retime"  # the lineage operator of a best kernel's re-time (kernelfoundry.domain.speedup)
+# Finished runs whose final progress stays in memory for the API (the oldest ending leaves first); an
+# older one is answered from the store (kernelfoundry.services.evolver.stored). A finished run's working state
+# (engine, candidates, measurements) is dropped the moment it ends.
+DEFAULT_RETAIN_FINISHED = 256
 
 
-@dataclass
-class CandidateState:
-    info: CandidateInfo
-    source: KernelSource
-    created_at: float
-    compiled: bool = False
-    resolved: bool = False
-    evaluation: evaluation_pb2.EvaluationFinished | None = None
-    build_flags: tuple[str, ...] = ()
-
-
-@dataclass
-class RunState:
-    run_id: str
-    task: Task
-    task_proto: task_pb2.Task
-    config: run_pb2.RunConfig
-    build_target: str
-    engine: EvolutionEngine
-    reference_ops: int
-    rng: random.Random
-    sweeps: SweepCampaign
-    sweep_jobs: dict[str, SweepJob] = field(default_factory=dict)
-    started_at: float = field(default_factory=time.time)
-    status: int = run_pb2.RUN_STATUS_RUNNING
-    generation: int = 0
-    pending_requests: set[str] = field(default_factory=set)
-    handled_requests: set[str] = field(default_factory=set)
-    candidates: dict[str, CandidateState] = field(default_factory=dict)
-    source_hashes: dict[str, str] = field(default_factory=dict)  # source digest -> candidate id
-    generated: int = 0
-    compiled: int = 0
-    correct: int = 0
-    failed: int = 0
-    best_id: str = ""
-    best_speedup: float = 0.0
-    best_path: str = ""
-    message: str = ""
-    finished_at: float | None = None
-    listeners: list[asyncio.Queue[run_pb2.RunProgress]] = field(default_factory=list)
-    # Every evaluation's timings, in arrival order: the run's speedup is computed from these alone.
-    measurements: list[Measurement] = field(default_factory=list)
-    # The re-time of the best kernel before the run ends (kernelfoundry.domain.speedup).
-    retime_id: str = ""
-    retime_done: bool = False
-    finish_message: str = ""
-    # Why generation requests failed (reason -> first message), to explain a run without candidates.
-    generation_errors: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def active(self) -> bool:
-        return self.status == run_pb2.RUN_STATUS_RUNNING
-
-    def unresolved(self) -> int:
-        return sum(1 for c in self.candidates.values() if not c.resolved)
-
-
-def source_digest(source: KernelSource) -> str:
-    h = hashlib.sha256()
-    h.update(source.language.encode())
-    h.update(source.code.encode())
-    h.update(source.glue.encode())
-    h.update(repr(sorted(source.defines().items())).encode())
-    return h.hexdigest()
-
-
-def merge_seed_plans(plans: list[GenerationPlan]) -> list[tuple[GenerationPlan, int]]:
-    """Seed plans of one island and prompt variant become one request for that many candidates.
-
-    Asked separately, a generator would propose its best seed each time and the copies would be dropped
-    as duplicates; asked for n at once, it proposes n different starting points (direct translation,
-    fused, ...). Mutation and repair plans stay one request each.
-    """
-    merged: list[tuple[GenerationPlan, int]] = []
-    seeds: dict[tuple[int, str], int] = {}
-    for plan in plans:
-        if plan.parent is None and plan.repair is None:
-            key = (plan.island, plan.prompt_variant_id or "")
-            if key in seeds:
-                first, count = merged[seeds[key]]
-                merged[seeds[key]] = (first, count + 1)
-                continue
-            seeds[key] = len(merged)
-        merged.append((plan, 1))
-    return merged
+def stop_message(reason: str | None) -> str:
+    """What a run that stopped for `reason` (kernelfoundry.domain.budgets) tells its user."""
+    if reason == "nothing_new":
+        return (
+            f"stopped: {BARREN_GENERATIONS} generations in a row brought no new kernel (the generator"
+            " proposed only kernels already evaluated, or nothing)"
+        )
+    return f"budget reached: {reason}"
 
 
 class RunCoordinator:
-    """All runs of this evolver process."""
+    """All runs of this evolver process.
+
+    `runs` holds the runs in progress, with their whole working state. When a run ends, that state is
+    dropped and only its final progress is kept in `finished`, for at most `retain_finished` runs (the
+    oldest leaves first): what GetRun, GetBestKernel and CancelRun need of an ended run, never the engine
+    or the candidates. `on_finished` sees every ending (metrics), whoever caused it; `on_evaluation`
+    every evaluation result taken, once (a redelivered or late result for a resolved candidate is not).
+    """
 
     def __init__(
         self,
         state_dir: Path,
         clock: Callable[[], float] = time.time,
         build_targets: dict[str, str] | None = None,
+        *,
+        retain_finished: int = DEFAULT_RETAIN_FINISHED,
+        on_finished: Callable[[run_pb2.RunFinished], None] | None = None,
+        on_evaluation: Callable[[evaluation_pb2.EvaluationFinished], None] | None = None,
+        screening: bool = False,
     ) -> None:
+        """`screening`: candidates whose cell has an elite are screened first (RunState.time_to_beat)."""
         self.state_dir = state_dir
+        self.screening = screening
         self.clock = clock
         self.build_targets = dict(build_targets or {})
         self.runs: dict[str, RunState] = {}
+        self.finished: OrderedDict[str, run_pb2.RunProgress] = OrderedDict()
+        self.retain_finished = max(0, retain_finished)
+        self.on_finished = on_finished
+        self.on_evaluation = on_evaluation
+
+    def active_count(self) -> int:
+        """Runs in progress (the kf_runs_active gauge reads this: no increment can be missed)."""
+        return sum(1 for run in self.runs.values() if run.active)
+
+    def final_progress(self, run_id: str) -> run_pb2.RunProgress | None:
+        """The progress a run ended with, while it is among the `retain_finished` newest endings."""
+        return self.finished.get(run_id)
+
+    def record_ending(self, finished: run_pb2.RunFinished) -> None:
+        """Tell `on_finished` about an ending (also one decided outside a run's state: a run failed at
+        start-up because it cannot be resumed)."""
+        if self.on_finished is not None:
+            self.on_finished(finished)
 
     # -- starting ---------------------------------------------------------------------------------------
     def build_target_for(self, hardware: str) -> str:
@@ -168,7 +134,6 @@ class RunCoordinator:
         self,
         run_id: str,
         task: Task,
-        task_proto: task_pb2.Task,
         config: run_pb2.RunConfig,
         build_target: str,
         reference_ops: int,
@@ -176,6 +141,7 @@ class RunCoordinator:
     ) -> RunState:
         """Register a run's state (new or restored); emits nothing."""
         started = self.clock() if started_at is None else started_at
+        settings = run_config_from_proto(config)
         budget = Budget(
             iterations=config.iterations,
             wall_time_s=task.budget.wall_time_s,
@@ -190,8 +156,7 @@ class RunCoordinator:
         run = RunState(
             run_id=run_id,
             task=task,
-            task_proto=task_proto,
-            config=config,
+            config=settings,
             build_target=build_target,
             engine=engine,
             reference_ops=reference_ops,
@@ -206,16 +171,12 @@ class RunCoordinator:
         self,
         run_id: str,
         task: Task,
-        task_proto: task_pb2.Task,
         config: run_pb2.RunConfig,
         build_target: str,
         reference_ops: int,
     ) -> list[Outgoing]:
-        run = self.create_run(run_id, task, task_proto, config, build_target, reference_ops)
-        submitted = run_pb2.RunSubmitted(
-            run_id=run_id, task=task_proto, config=config, submitted_at=run.started_at
-        )
-        out = [Outgoing(subjects.RUN_SUBMITTED, submitted, f"submitted-{run_id}")]
+        run = self.create_run(run_id, task, config, build_target, reference_ops)
+        out = [messages.run_submitted(run)]
         out += self._seed_initial_kernels(run)
         out += self._next_generation(run)
         self._notify(run)
@@ -250,17 +211,25 @@ class RunCoordinator:
     # -- generation -------------------------------------------------------------------------------------
     def _next_generation(self, run: RunState) -> list[Outgoing]:
         now = self.clock()
+        if run.generation_new is not None:
+            run.engine.budget.generation_ended(run.generation_new)
         decision = run.engine.stop(now)
         if decision:
-            return self._conclude(run, f"budget reached: {decision.reason}")
-        plans = run.engine.plan_generation(now, run.rng)
-        jobs = self._sweep_jobs(run) if run.config.sweeps else []
+            return self._conclude(run, stop_message(decision.reason))
+        plans = run.engine.plan_generation(now, run.rng, in_flight=run.unresolved())
+        left = run.engine.budget.evaluations_left(run.unresolved() + len(plans))
+        jobs = self._sweep_jobs(run, left) if run.config.sweeps else []
         if not plans and not jobs:
+            if run.unresolved():
+                return []  # the evaluations in flight take the rest of the budget: wait for them
             return self._conclude(run, "nothing left to try")
         run.generation = run.engine.generation
+        run.generation_new = 0
         out: list[Outgoing] = []
-        for index, (plan, count) in enumerate(merge_seed_plans(plans)):
-            out.append(self._generation_request(run, plan, f"{run.run_id}-g{run.generation}-r{index}", count))
+        for index, (plan, count) in enumerate(messages.merge_seed_plans(plans)):
+            request_id = f"{run.run_id}-g{run.generation}-r{index}"
+            out.append(messages.generation_request(run, plan, request_id, count, run.rng.randrange(2**31)))
+            run.pending_requests.add(request_id)
         for index, (job, source) in enumerate(jobs):
             out += self._sweep_candidate(run, job, source, f"{run.run_id}-g{run.generation}-s{index}")
         if not run.pending_requests and run.unresolved() == 0:
@@ -268,14 +237,17 @@ class RunCoordinator:
             return out + self._next_generation(run)
         return out
 
-    def _sweep_jobs(self, run: RunState) -> list[tuple[SweepJob, KernelSource]]:
-        """This generation's new sweep points, for kernels that are still elites.
+    def _sweep_jobs(self, run: RunState, left: int | None) -> list[tuple[SweepJob, KernelSource]]:
+        """This generation's new sweep points, for kernels that are still elites, at most `left` of
+        them (the evaluations the budget has left; None: no evaluation budget).
 
         Points whose kernel was superseded, or whose setting was already evaluated (the elite's own
         setting, say), are answered at once without spending an evaluation.
         """
-        elites = {e.candidate_id: e.speedup for e in self._elites(run)}
-        wanted = self._sweep_batch(run)
+        elites = {e.candidate_id: e.speedup for e in views.elites(run)}
+        wanted = sweep_points_per_generation(run.config.population)
+        if left is not None:
+            wanted = min(wanted, left)
         jobs: list[tuple[SweepJob, KernelSource]] = []
         while len(jobs) < wanted:
             # the fastest kernels' sweeps first: their settings are the ones that can become the best
@@ -284,75 +256,22 @@ class RunCoordinator:
                 break
             for job in batch:
                 parent = run.candidates.get(job.candidate_id)
-                if parent is None or job.candidate_id not in elites:
-                    run.sweeps.report(job, SweepFailure("superseded", "the swept kernel is no longer elite"))
-                    continue
-                if elites[job.candidate_id] < SWEEP_NEAR_BEST * run.best_speedup:
-                    run.sweeps.report(
-                        job, SweepFailure("superseded", "the swept kernel fell behind the best")
-                    )
+                stale = stale_sweep(job.candidate_id, elites if parent else {}, run.best_speedup)
+                if parent is None or stale is not None:
+                    run.sweeps.report(job, stale or SweepFailure("superseded", "no such kernel"))
                     continue
                 source = replace(parent.source, params=dict(job.params))
                 known = run.source_hashes.get(source_digest(source))
                 if known is not None:
-                    self._report_known_point(run, job, known)
+                    state = run.candidates.get(known)
+                    tried = state.evaluation if state is not None else None
+                    runtime_ms = tried.runtime_ms if tried is not None else 0.0
+                    run.sweeps.report(
+                        job, known_point_result(tried is not None and tried.correct, runtime_ms)
+                    )
                     continue
                 jobs.append((job, source))
         return jobs
-
-    def _report_known_point(self, run: RunState, job: SweepJob, candidate_id: str) -> None:
-        state = run.candidates.get(candidate_id)
-        evaluation = state.evaluation if state is not None else None
-        if evaluation is not None and evaluation.correct and evaluation.runtime_ms > 0:
-            run.sweeps.report(job, evaluation.runtime_ms / 1000.0)
-        else:
-            run.sweeps.report(job, SweepFailure("duplicate", "this setting was already tried"))
-
-    def _sweep_batch(self, run: RunState) -> int:
-        """Sweep points per generation: as many as generation requests, so both searches advance."""
-        return max(1, run.config.population)
-
-    def _generation_request(
-        self, run: RunState, plan: GenerationPlan, request_id: str, count: int = 1
-    ) -> Outgoing:
-        request = search_pb2.GenerateCandidates(
-            request_id=request_id,
-            run_id=run.run_id,
-            task=run.task_proto,
-            backend=self._backend(run),
-            mutation=plan.operator if (plan.parent or plan.repair) else "",
-            hints=list(plan.hints),
-            guidance=dict(plan.guidance),
-            proposal_weights=dict(plan.proposal_weights),
-            count=count,
-            seed=run.rng.randrange(2**31),
-            repair=plan.repair is not None,
-            iteration=run.generation,
-            prompt_variant_id=plan.prompt_variant_id or "",
-            generator=run.config.generator,
-            island=plan.island,
-        )
-        source_id = (
-            plan.repair.candidate_id if plan.repair else (plan.parent.candidate_id if plan.parent else None)
-        )
-        if source_id and source_id in run.candidates:
-            parent = run.candidates[source_id]
-            evaluation = parent.evaluation
-            request.parent.CopyFrom(
-                search_pb2.ParentKernel(
-                    candidate_id=source_id,
-                    source=kernel_to_proto(parent.source),
-                    descriptors=descriptors_to_proto(parent.info.descriptors),
-                    speedup=evaluation.speedup if evaluation else 0.0,
-                    runtime_ms=evaluation.runtime_ms if evaluation else 0.0,
-                    feedback=plan.repair.feedback if plan.repair else "",
-                )
-            )
-        run.pending_requests.add(request_id)
-        return Outgoing(subjects.generate(run.config.generator), request, request_id)
-
-    def _backend(self, run: RunState) -> str:
-        return run.config.hardware.split(".", 1)[0]
 
     def _sweep_candidate(
         self, run: RunState, job: SweepJob, source: KernelSource, request_id: str
@@ -376,7 +295,14 @@ class RunCoordinator:
     # -- events -----------------------------------------------------------------------------------------
     def on_generated(self, event: search_pb2.CandidatesGenerated) -> list[Outgoing]:
         run = self.runs.get(event.run_id)
-        if run is None or event.request_id in run.handled_requests:
+        if run is None:
+            return []
+        run.usage.record(event.request_id, event.generator, usage_from_proto(event.usage))
+        if event.meta_generator:
+            run.usage.record(
+                meta_usage_id(event.request_id), event.meta_generator, usage_from_proto(event.meta_usage)
+            )
+        if event.request_id in run.handled_requests:
             return []
         run.handled_requests.add(event.request_id)
         run.pending_requests.discard(event.request_id)
@@ -402,9 +328,7 @@ class RunCoordinator:
                 except ValueError as exc:
                     log.warning("generator returned an unusable kernel", error=str(exc))
                     continue
-                reported = Descriptors(
-                    generated.strategy.memory, generated.strategy.algorithm, generated.strategy.parallelism
-                )
+                reported = descriptors_from_proto(generated.strategy)
                 out += self._accept_candidate(
                     run,
                     candidate_id=f"{event.request_id}-c{index}",
@@ -461,37 +385,27 @@ class RunCoordinator:
             params=dict(source.params),
             shape=ALL_SHAPES,
         )
-        run.candidates[candidate_id] = CandidateState(info=info, source=source, created_at=self.clock())
+        run.candidates[candidate_id] = CandidateState(
+            info=info, source=source, created_at=self.clock(), generator=generator
+        )
         run.generated += 1
-        created = search_pb2.CandidateCreated(
-            candidate_id=candidate_id,
-            run_id=run.run_id,
-            parent_ids=[parent_id] if parent_id else [],
-            iteration=info.generation,
-            generator=generator or run.config.generator,
-            source=kernel_to_proto(source),
-            analysed=descriptors_to_proto(classification.descriptors),
-            mutation=operator,
-            prompt_variant_id=info.prompt_variant_id or "",
-            island=info.island,
-            request_id=request_id,
-            rationale=rationale,
-            hardware=run.config.hardware,
-            repair_of=repair_of or "",
-        )
-        if reported is not None:
-            created.self_reported.CopyFrom(descriptors_to_proto(reported))
-        compile_request = build_pb2.CompileCandidate(
-            candidate_id=candidate_id,
-            run_id=run.run_id,
-            source=kernel_to_proto(source),
-            build_target=run.build_target,
-            execute_hardware=run.config.hardware,
-            task=run.task_proto,
-        )
+        if run.generation_new is not None:
+            run.generation_new += 1
         return [
-            Outgoing(subjects.CANDIDATE_CREATED, created, f"created-{candidate_id}"),
-            Outgoing(subjects.compile_(run.build_target), compile_request, f"compile-{candidate_id}"),
+            messages.candidate_created(
+                run, info, source, request_id=request_id, rationale=rationale, generator=generator
+            ),
+            messages.compile_request(run, candidate_id, source, screen=self.screening),
+        ]
+
+    def redispatch(self, run: RunState) -> list[Outgoing]:
+        """Build (and so evaluate) again every candidate of a restored run that has no result: for a run
+        brought from another deployment, whose in-flight messages were on another bus. Ids are the
+        candidates' own, so a result that still arrives is taken once."""
+        return [
+            messages.compile_request(run, candidate_id, state.source, screen=self.screening)
+            for candidate_id, state in run.candidates.items()
+            if not state.resolved
         ]
 
     def on_compiled(self, event: build_pb2.CandidateCompiled) -> list[Outgoing]:
@@ -510,12 +424,7 @@ class RunCoordinator:
             run.compiled += 1
             self._notify(run)
             return []
-        failure = EvaluationInfo(
-            candidate_id=event.candidate_id,
-            correct=False,
-            failure_reason=event.reason or "compile_error",
-            message=event.log[-4000:],
-        )
+        failure = build_failure(event.candidate_id, event.reason, event.log)
         return self._resolve(run, candidate, failure, None)
 
     def on_evaluated(self, event: evaluation_pb2.EvaluationFinished) -> list[Outgoing]:
@@ -523,55 +432,60 @@ class RunCoordinator:
         if run is not None and event.candidate_id == run.retime_id:
             if not run.active or run.retime_done:
                 return []
-            run.measurements.append(measurement_of(event))
+            self._taken(event)
+            run.measurements.append(evaluation_from_proto(event).measurement())
             if not event.correct:
                 log.warning("the best kernel's re-time failed", run_id=run.run_id, reason=event.reason)
             return self._retimed(run)
         candidate = run.candidates.get(event.candidate_id) if run else None
         if run is None or candidate is None or candidate.resolved:
             return []
+        self._taken(event)
         if not candidate.compiled:
             candidate.compiled = True
             run.compiled += 1
-        evaluation = EvaluationInfo(
-            candidate_id=event.candidate_id,
-            correct=event.correct,
-            speedup=event.speedup if event.correct and event.speedup > 0 else None,
-            runtime_s=event.runtime_ms / 1000.0 if event.runtime_ms else None,
-            failure_reason=event.reason or None,
-            message=event.message,
-            mismatch=Mismatch(abs_error=event.max_abs_error)
-            if not event.correct and event.max_abs_error
-            else None,
-        )
-        return self._resolve(run, candidate, evaluation, event)
+        result = evaluation_from_proto(event)
+        return self._resolve(run, candidate, result.info(), result)
+
+    def _taken(self, event: evaluation_pb2.EvaluationFinished) -> None:
+        if self.on_evaluation is not None:
+            self.on_evaluation(event)
 
     @staticmethod
-    def restore_result(
+    def settle(
         run: RunState,
         candidate: CandidateState,
         evaluation: EvaluationInfo,
-        event: evaluation_pb2.EvaluationFinished | None,
-    ) -> Outcome:
-        """Apply a candidate's result to the run's state: engine, counters, best. Emits nothing."""
+        result: EvaluationResult | None,
+    ) -> EvaluationInfo:
+        """Apply a candidate's result to the run's state (measurements, counters, tuned shapes, best),
+        not to the engine: returns what the engine records, its speedup the kernel's time over the run's
+        pooled eager baseline. `result` is None for a candidate whose build failed (no evaluation ran).
+        Emits nothing; live results and resume's replay of the lineage both come through here."""
         candidate.resolved = True
-        candidate.evaluation = event
-        if event is not None:
-            run.measurements.append(measurement_of(event))
-        if not evaluation.failed and event is not None:
+        candidate.evaluation = result
+        if result is not None:
+            run.measurements.append(result.measurement())
+        if not evaluation.failed and result is not None:
             # the archive ranks kernels by their own time over the run's pooled eager baseline
             eager = pool_baseline(m.baseline_ms for m in run.measurements)
-            pooled = kernel_speedup(event.runtime_ms or None, eager)
+            pooled = kernel_speedup(result.runtime_ms or None, eager)
             evaluation = replace(evaluation, speedup=pooled if pooled is not None else evaluation.speedup)
-        outcome: Outcome = run.engine.record_evaluation(candidate.info, evaluation)
         if evaluation.failed:
             run.failed += 1
         else:
             run.correct += 1
-            if event is not None:
-                RunCoordinator._offer_shapes(run, candidate, event)
+            if result is not None:
+                RunCoordinator._offer_shapes(run, candidate, result)
         RunCoordinator._rank_best(run)
-        return outcome
+        return evaluation
+
+    @staticmethod
+    def replay_engine(run: RunState, events: Iterable[EngineEvent]) -> None:
+        """Rebuild the run's engine from recorded events (resume): the engine's own replay, with the
+        run's engine configuration, budget and clock start."""
+        engine = run.engine
+        run.engine = EvolutionEngine.replay(events, engine.config, engine.budget_spec, run.started_at)
 
     @staticmethod
     def _rank_best(run: RunState) -> None:
@@ -582,11 +496,9 @@ class RunCoordinator:
         run.best_speedup = figure.speedup if figure is not None else 0.0
 
     @staticmethod
-    def _offer_shapes(
-        run: RunState, candidate: CandidateState, event: evaluation_pb2.EvaluationFinished
-    ) -> None:
+    def _offer_shapes(run: RunState, candidate: CandidateState, result: EvaluationResult) -> None:
         """Keep, per input shape, the fastest (kernel, setting): the best setting differs between shapes."""
-        for timing in event.shapes:
+        for timing in result.shapes:
             if timing.runtime_ms > 0:
                 run.sweeps.book.offer(
                     run.task.name,
@@ -597,44 +509,27 @@ class RunCoordinator:
                     timing.runtime_ms / 1000.0,
                 )
 
-    def tuned(self, run: RunState) -> list[run_pb2.ShapeSetting]:
-        return [
-            run_pb2.ShapeSetting(
-                shape=shape,
-                candidate_id=best.candidate_id,
-                params={k: str(v) for k, v in best.params.items()},
-                runtime_ms=best.runtime_s * 1000.0,
-                hardware=device,
-            )
-            for (task, shape, device), best in run.sweeps.book.entries()
-            if task == run.task.name and shape != ALL_SHAPES  # the sweeps' aggregate is not a shape
-        ]
-
     def _resolve(
         self,
         run: RunState,
         candidate: CandidateState,
         evaluation: EvaluationInfo,
-        event: evaluation_pb2.EvaluationFinished | None,
+        result: EvaluationResult | None,
     ) -> list[Outgoing]:
         out: list[Outgoing] = []
         if not run.active:
             candidate.resolved = True
-            candidate.evaluation = event
+            candidate.evaluation = result
             return out
         best_before = run.best_id
-        outcome = self.restore_result(run, candidate, evaluation, event)
+        engine_view = self.settle(run, candidate, evaluation, result)
+        outcome = run.engine.record_evaluation(candidate.info, engine_view)
         self._feed_sweeps(run, candidate, evaluation, outcome)
         if run.best_id and run.best_id != best_before:
-            run.best_path = self._write_best(run, run.candidates[run.best_id])
-        archive = run_pb2.ArchiveUpdated(
-            run_id=run.run_id,
-            iteration=run.generation,
-            cells=self._cells(run),
-            outcome=outcome.label,
-            candidate_id=candidate.info.candidate_id,
+            run.best_path = write_best(self.state_dir, run, run.candidates[run.best_id])
+        out.append(
+            messages.archive_updated(run, candidate.info.candidate_id, outcome.label, views.cells(run))
         )
-        out.append(Outgoing(subjects.ARCHIVE_UPDATED, archive, f"archive-{candidate.info.candidate_id}"))
         out += self._maybe_advance(run)
         self._notify(run)
         return out
@@ -644,15 +539,13 @@ class RunCoordinator:
     ) -> None:
         job = run.sweep_jobs.pop(candidate.info.candidate_id, None)
         if job is not None:
-            result: float | SweepFailure = (
-                evaluation.runtime_s
-                if not evaluation.failed and evaluation.runtime_s
-                else SweepFailure(evaluation.reason or "failed", evaluation.message[:200])
+            result = point_result(
+                evaluation.failed, evaluation.runtime_s, evaluation.reason, evaluation.message
             )
             run.sweeps.report(job, result)
             return
         tunables = candidate.source.tunables
-        if run.config.sweeps and tunables and outcome.label in SWEEP_TRIGGERS:
+        if worth_sweeping(outcome.label, tunables, run.config.sweeps):
             run.sweeps.start(
                 candidate.info.candidate_id,
                 tunables,
@@ -668,22 +561,22 @@ class RunCoordinator:
 
     # -- ending -----------------------------------------------------------------------------------------
     def cancel(self, run_id: str) -> list[Outgoing]:
-        run = self.runs[run_id]
-        if not run.active:
+        run = self.runs.get(run_id)
+        if run is None or not run.active:
             return []
         return self._finish(run, run_pb2.RUN_STATUS_CANCELLED, "cancelled by the user")
 
     def fail(self, run_id: str, message: str) -> list[Outgoing]:
         """End a run that cannot make progress (kernelfoundry.services.evolver.liveness) with its reason."""
-        run = self.runs[run_id]
-        if not run.active:
+        run = self.runs.get(run_id)
+        if run is None or not run.active:
             return []
         return self._finish(run, run_pb2.RUN_STATUS_FAILED, message)
 
     def _conclude(self, run: RunState, message: str) -> list[Outgoing]:
         """The search is over: fail without a correct kernel, else re-time the best, then complete."""
         if not run.best_id:
-            return self._finish(run, run_pb2.RUN_STATUS_FAILED, no_kernel_reason(run, message))
+            return self._finish(run, run_pb2.RUN_STATUS_FAILED, views.no_kernel_reason(run, message))
         if run.retime_done:
             return self._finish(run, run_pb2.RUN_STATUS_COMPLETED, message)
         if run.retime_id:
@@ -696,35 +589,8 @@ class RunCoordinator:
         run.retime_id = retime_id(run.best_id, str(int(self.clock() * 1000)))
         run.finish_message = message
         run.message = f"re-timing the best kernel {run.best_id} beside PyTorch eager"
-        # Recorded as a candidate of its own (a child of the best, operator "retime"), so that the lineage
-        # holds every evaluation's candidate and the figure can be recomputed from it.
-        created = search_pb2.CandidateCreated(
-            candidate_id=run.retime_id,
-            run_id=run.run_id,
-            parent_ids=[run.best_id],
-            iteration=best.info.generation,
-            generator=run.config.generator,
-            source=kernel_to_proto(best.source),
-            analysed=descriptors_to_proto(best.info.descriptors),
-            mutation=RETIME_OPERATOR,
-            island=best.info.island,
-            request_id=run.retime_id,
-            rationale="the best kernel evaluated again, eager timed beside it, before the run ends",
-            hardware=run.config.hardware,
-        )
-        request = build_pb2.CompileCandidate(
-            candidate_id=run.retime_id,
-            run_id=run.run_id,
-            source=kernel_to_proto(best.source),
-            build_target=run.build_target,
-            execute_hardware=run.config.hardware,
-            task=run.task_proto,
-        )
         self._notify(run)
-        return [
-            Outgoing(subjects.CANDIDATE_CREATED, created, f"created-{run.retime_id}"),
-            Outgoing(subjects.compile_(run.build_target), request, f"compile-{run.retime_id}"),
-        ]
+        return messages.retime_messages(run, best)
 
     def _retimed(self, run: RunState) -> list[Outgoing]:
         run.retime_done = True
@@ -737,189 +603,29 @@ class RunCoordinator:
         run.status = status
         run.message = message
         run.finished_at = self.clock()
-        finished = run_pb2.RunFinished(
-            run_id=run.run_id, status=status, progress=self.progress(run), finished_at=run.finished_at
-        )
+        ending = messages.run_finished(run, self.progress(run))
         self._notify(run)
-        return [Outgoing(subjects.RUN_FINISHED, finished, f"finished-{run.run_id}")]
+        finished: run_pb2.RunFinished = ending.message  # type: ignore[assignment]
+        self._retire(run, finished.progress)
+        self.record_ending(finished)
+        return [ending]
 
-    def _write_best(self, run: RunState, candidate: CandidateState) -> str:
-        """The best kernel as it was built: every -D value the build passed is a #define at its top, and
-        best.manifest.json beside it names the entry point, the glue and the build flags, so that
-        `kernelfoundry evaluate TASK best.<ext>` builds the same unit the run measured."""
-        folder = self.state_dir / "runs" / run.run_id
-        folder.mkdir(parents=True, exist_ok=True)
-        ext = EXTENSIONS.get(candidate.source.language, "txt")
-        path = folder / f"best.{ext}"
-        path.write_text(saved_source(run.run_id, candidate.info.candidate_id, candidate.source))
-        glue = folder / "best_glue.py"
-        if candidate.source.glue:
-            glue.write_text(candidate.source.glue)
-        else:
-            glue.unlink(missing_ok=True)
-        manifest = build_manifest(run, candidate, glue.name if candidate.source.glue else "")
-        (folder / "best.manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        return str(path.resolve())
+    def _retire(self, run: RunState, final: run_pb2.RunProgress) -> None:
+        """Drop an ended run's working state; keep its final progress among the newest endings."""
+        self.runs.pop(run.run_id, None)
+        if self.retain_finished == 0:
+            return
+        self.finished[run.run_id] = final
+        self.finished.move_to_end(run.run_id)
+        while len(self.finished) > self.retain_finished:
+            self.finished.popitem(last=False)
 
     # -- views ------------------------------------------------------------------------------------------
-    def _cells(self, run: RunState) -> list[run_pb2.ArchiveCell]:
-        cells = []
-        for elite in self._elites(run):
-            state = run.candidates.get(elite.candidate_id)
-            runtime = state.evaluation.runtime_ms if state and state.evaluation else 0.0
-            cells.append(
-                run_pb2.ArchiveCell(
-                    descriptors=descriptors_to_proto(elite.descriptors),
-                    candidate_id=elite.candidate_id,
-                    speedup=elite.speedup,
-                    runtime_ms=runtime,
-                )
-            )
-        return cells
-
-    @staticmethod
-    def _elites(run: RunState) -> list[Elite]:
-        return run.engine.merged_archive().elites()
-
     def best_kernel(self, run: RunState) -> run_pb2.BestKernel:
-        if not run.best_id:
-            return run_pb2.BestKernel()
-        state = run.candidates[run.best_id]
-        evaluation = state.evaluation
-        figure = run_speedup(run.measurements)
-        return run_pb2.BestKernel(
-            candidate_id=run.best_id,
-            source=kernel_to_proto(state.source),
-            speedup=run.best_speedup,
-            runtime_ms=figure.kernel_ms if figure else (evaluation.runtime_ms if evaluation else 0.0),
-            baseline_ms=figure.eager.median_ms if figure else (evaluation.baseline_ms if evaluation else 0.0),
-            compile_baseline_ms=figure.compile_ms
-            if figure
-            else (evaluation.compile_baseline_ms if evaluation else 0.0),
-            descriptors=descriptors_to_proto(state.info.descriptors),
-            iteration=state.info.generation,
-            hardware=run.config.hardware,
-            path=run.best_path,
-        )
+        return views.best_kernel(run)
 
     def progress(self, run: RunState) -> run_pb2.RunProgress:
-        counts = run.engine.outcomes.to_dict()
-        outcomes = run_pb2.OutcomeCounts(
-            improvement=counts.get("improvement", 0),
-            neutral=counts.get("neutral", 0),
-            regression=counts.get("regression", 0),
-            new_cell=counts.get("new_cell", 0),
-            elite_replaced=counts.get("elite_replaced", 0),
-            failed={k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("failed:")},
-        )
-        end = run.finished_at or self.clock()
-        figure = run_speedup(run.measurements)
-        return run_pb2.RunProgress(
-            run_id=run.run_id,
-            task_name=run.task.name,
-            status=run.status,  # type: ignore[arg-type]
-            iteration=run.generation,
-            iterations=run.config.iterations,
-            candidates_generated=run.generated,
-            candidates_compiled=run.compiled,
-            candidates_correct=run.correct,
-            candidates_failed=run.failed,
-            best_speedup=run.best_speedup,
-            outcomes=outcomes,
-            archive=self._cells(run),
-            message=run.message,
-            best=self.best_kernel(run),
-            elapsed_s=end - run.started_at,
-            config=run.config,
-            tuned=self.tuned(run),
-            speedup=speedup_to_proto(figure) if figure is not None else None,
-        )
+        return views.progress(run, self.clock())
 
     def _notify(self, run: RunState) -> None:
-        snapshot = self.progress(run)
-        for queue in list(run.listeners):
-            queue.put_nowait(snapshot)
-
-
-def measurement_of(event: evaluation_pb2.EvaluationFinished) -> Measurement:
-    """An evaluation event's timings, as the speedup definition reads them."""
-    return Measurement(
-        candidate_id=event.candidate_id,
-        correct=event.correct,
-        runtime_ms=event.runtime_ms or None,
-        runtime_spread_ms=event.runtime_spread_ms or None,
-        baseline_ms=event.baseline_ms or None,
-        compile_baseline_ms=event.compile_baseline_ms or None,
-    )
-
-
-def speedup_to_proto(figure: RunSpeedup) -> run_pb2.RunSpeedup:
-    return run_pb2.RunSpeedup(
-        candidate_id=figure.candidate_id,
-        speedup=figure.speedup,
-        kernel_ms=figure.kernel_ms,
-        kernel_spread_ms=figure.kernel_spread_ms,
-        eager_ms=figure.eager.median_ms,
-        eager_spread_ms=figure.eager.spread_ms,
-        eager_samples=figure.eager.samples,
-        eager_outliers_ms=list(figure.eager.outliers_ms),
-        retimed=figure.retimed,
-        side_by_side_eager_ms=figure.side_by_side_eager_ms,
-        side_by_side_speedup=figure.side_by_side_speedup,
-        compile_ms=figure.compile_ms,
-        speedup_vs_compile=figure.speedup_vs_compile,
-    )
-
-
-def saved_source(run_id: str, candidate_id: str, source: KernelSource) -> str:
-    """The kernel's code with every define its build passed (declared defaults and chosen values) on top.
-
-    Tunables are guarded with `#ifndef NAME`, so these defines win exactly as `-DNAME=value` did.
-    """
-    defines = "".join(f"#define {k} {v}\n" for k, v in sorted(source.defines().items()))
-    header = (
-        f"// KernelFoundry run {run_id}, candidate {candidate_id}: the unit this run built and measured.\n"
-        "// The defines below are the values its build passed as -DNAME=value.\n"
-    )
-    return header + defines + source.code
-
-
-def build_manifest(run: RunState, candidate: CandidateState, glue_file: str) -> dict[str, object]:
-    """What `kernelfoundry evaluate` needs beside the source to build and run the same unit."""
-    return {
-        "run_id": run.run_id,
-        "candidate_id": candidate.info.candidate_id,
-        "task": run.task.name,
-        "language": candidate.source.language,
-        "backend": run.config.hardware.split(".", 1)[0],
-        "hardware": run.config.hardware,
-        "build_target": run.build_target,
-        "entry_point": candidate.source.entry_point,
-        "glue_file": glue_file,
-        "defines": {k: str(v) for k, v in sorted(candidate.source.defines().items())},
-        "build_flags": list(candidate.build_flags),
-    }
-
-
-def no_kernel_reason(run: RunState, budget_message: str) -> str:
-    """Why a run ends without a correct kernel, in words a user can act on."""
-    if run.generated == 0:
-        errors = "; ".join(f"{reason}: {message}" for reason, message in run.generation_errors.items())
-        detail = errors or "the generator returned no kernel"
-        return f"no candidate was generated ({detail}); {budget_message}"
-    failures = {
-        k.split(":", 1)[1]: v for k, v in run.engine.outcomes.to_dict().items() if k.startswith("failed:")
-    }
-    counts = ", ".join(f"{reason} x{n}" for reason, n in sorted(failures.items(), key=lambda kv: -kv[1]))
-    example = next(
-        (
-            c.evaluation.message
-            for c in run.candidates.values()
-            if c.evaluation is not None and not c.evaluation.correct and c.evaluation.message
-        ),
-        "",
-    )
-    text = f"no correct kernel among {run.generated} candidates ({counts or 'none evaluated'})"
-    if example:
-        text += f"; first failure: {example[:300]}"
-    return f"{text}; {budget_message}"
+        views.notify(run, self.clock())

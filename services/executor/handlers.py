@@ -3,6 +3,8 @@
 Owns one device through one EvaluationWorker (a child process, recycled after device errors). A failed
 evaluation is a result (EvaluationFinished with its reason), never an exception. Repeated deliveries of a
 candidate it already evaluated are answered from memory, so no candidate is evaluated twice by a worker.
+The record names the executor and the device that evaluated it (details `executor`), and the device's
+busy seconds are counted (kf_executor_busy_seconds_total).
 """
 
 from __future__ import annotations
@@ -10,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Delivery, Reject, Retry
-from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.bus.protocol import Bus, Outgoing
 from kernelfoundry.codec import kernel_from_proto, task_from_proto
 from kernelfoundry.evaluation import EvaluationReport, EvaluationRequest, EvaluationSettings, EvaluationWorker
+from kernelfoundry.services.executor.identity import ExecutorIdentity
 from kernelfoundry.tasks.model import TaskError
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
@@ -29,8 +34,11 @@ log = get_logger(__name__)
 
 
 def report_to_event(
-    request: build_pb2.EvaluateCandidate, report: EvaluationReport
+    request: build_pb2.EvaluateCandidate, report: EvaluationReport, identity: ExecutorIdentity | None = None
 ) -> evaluation_pb2.EvaluationFinished:
+    details = report.to_dict()
+    if identity is not None:
+        details["executor"] = identity.as_dict()  # which executor and device evaluated it
     shapes = [
         evaluation_pb2.ShapeTiming(
             shape=s.shape,
@@ -59,18 +67,28 @@ def report_to_event(
         shapes=shapes,
         device_name=report.device_name or report.device,
         duration_s=report.duration_s,
-        details_json=json.dumps(report.to_dict(), default=str),
+        details_json=json.dumps(details, default=str),
+        screened=bool(report.screened),
+        floor_ms=float(report.floor_ms or 0.0),
+        roofline_fraction=float(report.roofline_fraction or 0.0) if report.correct else 0.0,
+        bound=report.bound if report.correct else "",
     )
 
 
 class EvaluateHandler:
     def __init__(
-        self, bus: Bus, worker: EvaluationWorker, settings: EvaluationSettings, metrics: Metrics | None = None
+        self,
+        bus: Bus,
+        worker: EvaluationWorker,
+        settings: EvaluationSettings,
+        metrics: Metrics | None = None,
+        identity: ExecutorIdentity | None = None,
     ):
         self.bus = bus
         self.worker = worker
         self.settings = settings
         self.metrics = metrics
+        self.identity = identity or ExecutorIdentity(name="", device=worker.device, host="")
         self._recent: OrderedDict[str, evaluation_pb2.EvaluationFinished] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -78,7 +96,7 @@ class EvaluateHandler:
         msg_id = f"evaluated-{request.candidate_id}"
         cached = self._recent.get(request.candidate_id)
         if cached is not None:
-            return [Outgoing(subjects.EVALUATION_FINISHED, cached, msg_id)]
+            return [Outgoing(subjects.evaluation_finished(request.hardware), cached, msg_id)]
         try:
             task = task_from_proto(request.task)
             kernel = kernel_from_proto(request.source)
@@ -89,7 +107,14 @@ class EvaluateHandler:
         except Exception as exc:
             raise Retry(f"artifact {request.artifact} not readable yet: {exc}", delay_s=2.0) from exc
         async with self._lock:  # one evaluation at a time on this device
-            log.info("evaluation started", candidate_id=request.candidate_id, run_id=request.run_id)
+            log.info(
+                "evaluation started",
+                candidate_id=request.candidate_id,
+                run_id=request.run_id,
+                executor=self.identity.name,
+                device=self.identity.device,
+            )
+            started = time.monotonic()
             with tempfile.TemporaryDirectory(prefix="kf-eval-") as tmp:
                 artifact = Path(tmp) / "unit.so"
                 artifact.write_bytes(data)
@@ -98,19 +123,23 @@ class EvaluateHandler:
                     kernel=kernel,
                     artifact=artifact,
                     device=self.worker.device,
-                    settings=self.settings,
+                    settings=replace(self.settings, screen_above_ms=max(0.0, request.screen_above_ms)),
                 )
                 report = await asyncio.to_thread(self.worker.evaluate, evaluation)
-        event = report_to_event(request, report)
+            busy_s = time.monotonic() - started
+        event = report_to_event(request, report, self.identity)
         self._remember(request.candidate_id, event)
         if self.metrics is not None:
+            self.metrics.executor_busy_seconds_total.labels(
+                hardware=request.hardware, device=self.identity.device
+            ).inc(busy_s)
             outcome = "correct" if report.correct else "failed"
             self.metrics.evaluations_total.labels(hardware=request.hardware, outcome=outcome).inc()
             if not report.correct:
                 self.metrics.evaluation_failures_total.labels(
                     hardware=request.hardware, reason=report.reason or "unknown"
                 ).inc()
-        return [Outgoing(subjects.EVALUATION_FINISHED, event, msg_id)]
+        return [Outgoing(subjects.evaluation_finished(request.hardware), event, msg_id)]
 
     def _remember(self, candidate_id: str, event: evaluation_pb2.EvaluationFinished) -> None:
         self._recent[candidate_id] = event

@@ -1,8 +1,15 @@
-"""Executor service entry point: one device, one evaluation at a time, from its hardware subject."""
+"""Executor service entry point: one device, one evaluation at a time, from its hardware subject.
+
+Executors of one hardware share its durable consumer (`executor-<hardware>`): each fetches one candidate
+at a time, so the queue spreads candidates over them and hands each to one executor.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import replace
+from pathlib import Path
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import decoder_for
@@ -11,10 +18,13 @@ from kernelfoundry.config import Settings
 from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
 from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.executor.handlers import EvaluateHandler
+from kernelfoundry.services.executor.identity import executor_identity
+from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
 
 SERVICE = "executor"
+log = get_logger(__name__)
 
 
 def device_for(hardware: str) -> str:
@@ -39,11 +49,24 @@ def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
+def judge_writable(settings: Settings, device: str) -> tuple[Path, ...]:
+    """What the sandboxed judge may write besides its scratch: the host's timing lock (CPU only)."""
+    if not (settings.timing_lock_dir and device == "cpu"):
+        return ()
+    folder = Path(settings.timing_lock_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return (folder,)
+
+
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     hardware = settings.hardware_list[0]
     device = device_for(hardware)
-    worker = EvaluationWorker(device)
-    handler = EvaluateHandler(bus, worker, evaluation_settings(settings, device), metrics)
+    worker = EvaluationWorker(device, writable=judge_writable(settings, device))
+    identity = executor_identity(
+        settings.executor_name, device, socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES")
+    )
+    log.info("executor ready", hardware=hardware, executor=identity.name, device=identity.device)
+    handler = EvaluateHandler(bus, worker, evaluation_settings(settings, device), metrics, identity)
     consumer = make_consumer(
         settings,
         bus,

@@ -17,6 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from kernelfoundry.api.errors import api_error_of
 from kernelfoundry.api.limits import ApiLimits
+from kernelfoundry.codec import descriptors_to_proto
 from kernelfoundry.domain.descriptors import Descriptors
 from kernelfoundry.lineage import records as rec
 from kernelfoundry.lineage.errors import LineageError
@@ -35,11 +36,7 @@ def _ts(moment: datetime | None) -> Timestamp | None:
 
 
 def _descriptors(d: Descriptors | None) -> kernel_pb2.Descriptors | None:
-    return (
-        None
-        if d is None
-        else kernel_pb2.Descriptors(memory=d.memory, algorithm=d.algorithm, parallelism=d.parallelism)
-    )
+    return None if d is None else descriptors_to_proto(d)
 
 
 def run_message(run: rec.RunRecord) -> lineage_pb2.RunRecord:
@@ -94,6 +91,18 @@ def build_message(b: rec.BuildRecord) -> lineage_pb2.BuildRecord:
     )
 
 
+def usage_message(u: rec.UsageRecord) -> lineage_pb2.UsageRecord:
+    return lineage_pb2.UsageRecord(
+        usage_id=u.usage_id,
+        run_id=u.run_id,
+        generator=u.generator,
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        cost_usd=u.cost_usd,
+        recorded_at=_ts(u.recorded_at),
+    )
+
+
 def evaluation_message(e: rec.EvaluationRecord) -> lineage_pb2.EvaluationRecord:
     return lineage_pb2.EvaluationRecord(
         candidate_id=e.candidate_id,
@@ -124,11 +133,7 @@ def node_message(n: LineageNode) -> lineage_pb2.LineageNode:
 
 def _cell(cell: dict[str, Any]) -> run_pb2.ArchiveCell:
     return run_pb2.ArchiveCell(
-        descriptors=kernel_pb2.Descriptors(
-            memory=int(cell.get("memory", 0)),
-            algorithm=int(cell.get("algorithm", 0)),
-            parallelism=int(cell.get("parallelism", 0)),
-        ),
+        descriptors=descriptors_to_proto(Descriptors.from_levels(cell, missing=0)),
         candidate_id=str(cell.get("candidate_id", "")),
         speedup=float(cell.get("speedup") or 0.0),
         runtime_ms=float(cell.get("runtime_ms") or 0.0),
@@ -166,6 +171,7 @@ class LineageApi(lineage_pb2_grpc.LineageServiceServicer):
             candidates=[candidate_message(c) for c in await repo.candidates_of_run(run.run_id)],
             builds=[build_message(b) for b in await repo.builds_of_run(run.run_id)],
             evaluations=[evaluation_message(e) for e in await repo.evaluations_of_run(run.run_id)],
+            usage=[usage_message(u) for u in await repo.usage_of_run(run.run_id)],
         )
 
     async def GetLineageTree(self, request, context):  # type: ignore[no-untyped-def]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from google.protobuf.message import Message
 
-from kernelfoundry.bus.consumer import Delivery, Retry
-from kernelfoundry.bus.jetstream import Outgoing
+from kernelfoundry.bus.consumer import Delivery, Reject, Retry
+from kernelfoundry.bus.protocol import Outgoing
 from kernelfoundry.lineage.errors import LineageError
 from kernelfoundry.lineage.repository import LineageRepository
 from kernelfoundry.services.store import records
@@ -25,30 +25,16 @@ class StoreHandler:
     async def __call__(self, event: Message, delivery: Delivery) -> Sequence[Outgoing]:
         started = time.perf_counter()
         event_id, kind, run_id = records.event_identity(event)
-        repo = self.repository
         try:
-            if isinstance(event, run_pb2.RunSubmitted):
-                await repo.save_run(records.run_record(event))
-            elif isinstance(event, run_pb2.RunFinished):
-                await repo.update_run_status(
-                    event.run_id,
-                    records.STATUS_NAMES.get(event.status, "finished"),
-                    finished_at=datetime.fromtimestamp(event.finished_at or time.time(), UTC),
-                    summary=records.finished_summary(event),
-                )
-            elif isinstance(event, search_pb2.CandidateCreated):
-                await repo.save_candidate(records.candidate_record(event))
-            elif isinstance(event, build_pb2.CandidateCompiled):
-                await repo.save_build(records.build_record(event))
-            elif isinstance(event, evaluation_pb2.EvaluationFinished):
-                await repo.save_evaluation(records.evaluation_record(event))
-            elif isinstance(event, run_pb2.ArchiveUpdated):
-                await repo.save_snapshot(records.snapshot_record(event))
-            elif isinstance(event, search_pb2.CandidatesGenerated):
-                await repo.save_usage(records.usage_record(event))
-            await repo.record_event(
-                event_id, kind, run_id, records.payload(event), recorded_at=datetime.now(UTC)
-            )
+            write = self._write_for(event)
+            journal = records.payload(event)
+        except (LineageError, ValueError, OverflowError) as exc:
+            # Fields no record can hold (an empty id, a level outside its axis, a time beyond the
+            # platform's range, NaN where JSON is written): a redelivery cannot make the event valid.
+            raise Reject("invalid_event", f"{kind} {event_id!r} cannot be recorded: {exc}") from exc
+        try:
+            await write()
+            await self.repository.record_event(event_id, kind, run_id, journal, recorded_at=datetime.now(UTC))
         except LineageError as exc:
             if exc.reason == "run_not_found":
                 # The run's own record has not arrived yet (events of one run can interleave): try again.
@@ -58,3 +44,55 @@ class StoreHandler:
             self.metrics.store_events_written_total.labels(kind=kind).inc()
             self.metrics.store_write_duration_seconds.observe(time.perf_counter() - started)
         return []
+
+    def _write_for(self, event: Message) -> Callable[[], Awaitable[object]]:
+        """The repository write that records `event`, its record built here (pure: raises for an event
+        whose fields no record can hold, before anything is written)."""
+        repo = self.repository
+        if isinstance(event, run_pb2.RunSubmitted):
+            run = records.run_record(event)
+            return lambda: repo.save_run(run)
+        if isinstance(event, run_pb2.RunFinished):
+            status = records.STATUS_NAMES.get(event.status, "finished")
+            finished_at = datetime.fromtimestamp(event.finished_at or time.time(), UTC)
+            summary = records.finished_summary(event)
+            return lambda: repo.update_run_status(
+                event.run_id, status, finished_at=finished_at, summary=summary
+            )
+        if isinstance(event, run_pb2.RunResumed):  # a stopped run continues (ResumeRun)
+            run_id = event.run_id
+
+            async def resume() -> bool:
+                # Only a stopped run continues: a RunResumed replayed after the run's RunFinished (a
+                # redelivery, a replayed history) must not reopen a run that has ended.
+                run = await repo.get_run(run_id)
+                if run is not None and run.status != "stopped":
+                    return False
+                return await repo.update_run_status(run_id, "running")
+
+            return resume
+        if isinstance(event, search_pb2.CandidateCreated):
+            candidate = records.candidate_record(event)
+            return lambda: repo.save_candidate(candidate)
+        if isinstance(event, build_pb2.CandidateCompiled):
+            build = records.build_record(event)
+            return lambda: repo.save_build(build)
+        if isinstance(event, evaluation_pb2.EvaluationFinished):
+            evaluation = records.evaluation_record(event)
+            return lambda: repo.save_evaluation(evaluation)
+        if isinstance(event, run_pb2.ArchiveUpdated):
+            snapshot = records.snapshot_record(event)
+            return lambda: repo.save_snapshot(snapshot)
+        if isinstance(event, search_pb2.CandidatesGenerated):
+            usages = records.usage_records(event)
+
+            async def save_usages() -> None:
+                for usage in usages:
+                    await repo.save_usage(usage)
+
+            return save_usages
+        return _nothing
+
+
+async def _nothing() -> None:
+    return None

@@ -13,7 +13,9 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from kernelfoundry.domain.descriptors import Descriptors
+from kernelfoundry.codec import descriptors_from_proto
+from kernelfoundry.domain.tunables import parse_value
+from kernelfoundry.generators.accounting import meta_usage_id
 from kernelfoundry.lineage.records import (
     ArchiveSnapshot,
     BuildRecord,
@@ -22,13 +24,14 @@ from kernelfoundry.lineage.records import (
     RunRecord,
     UsageRecord,
 )
-from kernelfoundry.v1 import build_pb2, evaluation_pb2, kernel_pb2, run_pb2, search_pb2
+from kernelfoundry.v1 import build_pb2, evaluation_pb2, run_pb2, search_pb2
 
 STATUS_NAMES = {
     run_pb2.RUN_STATUS_RUNNING: "running",
     run_pb2.RUN_STATUS_COMPLETED: "finished",
     run_pb2.RUN_STATUS_CANCELLED: "cancelled",
     run_pb2.RUN_STATUS_FAILED: "failed",
+    run_pb2.RUN_STATUS_STOPPED: "stopped",
 }
 
 
@@ -36,14 +39,10 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC) if seconds else datetime.now(UTC)
 
 
-def _descriptors(message: kernel_pb2.Descriptors) -> Descriptors:
-    return Descriptors(message.memory, message.algorithm, message.parallelism)
-
-
 def event_identity(event: Message) -> tuple[str, str, str]:
     """(event id, kind, run id) for the journal."""
     kind = type(event).__name__
-    if isinstance(event, run_pb2.RunSubmitted | run_pb2.RunFinished):
+    if isinstance(event, run_pb2.RunSubmitted | run_pb2.RunFinished | run_pb2.RunResumed):
         key = event.run_id
     elif isinstance(event, search_pb2.CandidatesGenerated):
         key = event.request_id
@@ -99,9 +98,11 @@ def candidate_record(event: search_pb2.CandidateCreated) -> CandidateRecord:
         code=source.code,
         entry_point=source.entry_point,
         glue=source.glue,
-        params={k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in source.params.items()},
-        self_reported=_descriptors(event.self_reported) if event.HasField("self_reported") else None,
-        analysed=_descriptors(event.analysed),
+        params={k: parse_value(v) for k, v in source.params.items()},
+        self_reported=descriptors_from_proto(event.self_reported)
+        if event.HasField("self_reported")
+        else None,
+        analysed=descriptors_from_proto(event.analysed),
         prompt_variant_id=event.prompt_variant_id,
         mutation=event.mutation,
         island=event.island,
@@ -152,9 +153,7 @@ def evaluation_record(event: evaluation_pb2.EvaluationFinished) -> EvaluationRec
 def snapshot_record(event: run_pb2.ArchiveUpdated) -> ArchiveSnapshot:
     cells = tuple(
         {
-            "memory": c.descriptors.memory,
-            "algorithm": c.descriptors.algorithm,
-            "parallelism": c.descriptors.parallelism,
+            **descriptors_from_proto(c.descriptors).as_dict(),
             "candidate_id": c.candidate_id,
             "speedup": c.speedup,
             "runtime_ms": c.runtime_ms,
@@ -171,13 +170,24 @@ def snapshot_record(event: run_pb2.ArchiveUpdated) -> ArchiveSnapshot:
     )
 
 
-def usage_record(event: search_pb2.CandidatesGenerated) -> UsageRecord:
+def usage_records(event: search_pb2.CandidatesGenerated) -> list[UsageRecord]:
+    """What the request cost: the answer's record under the generator that answered, and the
+    meta-prompter's rewrite of its guidance, when there was one, as its own record."""
+    records = [_usage(event.request_id, event.run_id, event.generator or "unknown", event.usage)]
+    if event.meta_generator:
+        records.append(
+            _usage(meta_usage_id(event.request_id), event.run_id, event.meta_generator, event.meta_usage)
+        )
+    return records
+
+
+def _usage(usage_id: str, run_id: str, generator: str, usage: search_pb2.GenerationUsage) -> UsageRecord:
     return UsageRecord(
-        usage_id=event.request_id,
-        run_id=event.run_id,
-        generator=event.generator or "unknown",
-        prompt_tokens=event.usage.prompt_tokens,
-        completion_tokens=event.usage.completion_tokens,
-        cost_usd=event.usage.cost_usd,
+        usage_id=usage_id,
+        run_id=run_id,
+        generator=generator,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cost_usd=usage.cost_usd,
         recorded_at=datetime.now(UTC),
     )

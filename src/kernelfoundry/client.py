@@ -1,4 +1,9 @@
-"""A small client of the public gRPC API, used by the CLI and the end-to-end tests."""
+"""A small client of the public gRPC API, used by the CLI and the end-to-end tests.
+
+Both clients reach their server as `security` says (kernelfoundry.api.auth.ClientSecurity: TLS with a CA,
+a bearer token on every call); without one, as this process's settings say (KF_API_TOKEN, KF_API_TLS_CA,
+KF_API_TLS, KF_API_TLS_SERVER_NAME), which is plaintext without a token when none is set.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ from collections.abc import Iterator
 
 import grpc
 
+from kernelfoundry.api.auth import ClientSecurity
 from kernelfoundry.codec import task_to_proto
+from kernelfoundry.config import load_settings
 from kernelfoundry.tasks.model import Task
 from kernelfoundry.v1 import lineage_pb2, lineage_pb2_grpc, run_pb2, service_pb2, service_pb2_grpc
 
@@ -23,10 +30,26 @@ class SubmissionRejected(ValueError):
     nothing serves, RESOURCE_EXHAUSTED: beyond a limit); the message names the problem."""
 
 
+class ResumeRefused(ValueError):
+    """The server will not resume the run: NOT_FOUND (no such run), FAILED_PRECONDITION (not stopped, or
+    its hardware, generator or task cannot be served there) or RESOURCE_EXHAUSTED (too many runs); the
+    message is `reason: message`. `code` is the gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+
+
+def security_from_settings() -> ClientSecurity:
+    """The client security this process's settings configure."""
+    return ClientSecurity.from_settings(load_settings())
+
+
 class KernelFoundryClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, security: ClientSecurity | None = None) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(address)
+        self.security = security if security is not None else security_from_settings()
+        self.channel = self.security.channel(address)
         self.stub = service_pb2_grpc.KernelFoundryServiceStub(self.channel)
 
     def ready(self, timeout_s: float = 1.0) -> bool:
@@ -58,6 +81,17 @@ class KernelFoundryClient:
     def cancel(self, run_id: str) -> run_pb2.RunProgress:
         return self.stub.CancelRun(service_pb2.CancelRunRequest(run_id=run_id)).progress
 
+    def resume(self, run_id: str, timeout_s: float = 300.0) -> run_pb2.RunProgress:
+        """Continue a stopped run (one imported unfinished); its progress once it runs again."""
+        try:
+            return self.stub.ResumeRun(
+                service_pb2.ResumeRunRequest(run_id=run_id), timeout=timeout_s
+            ).progress
+        except grpc.RpcError as exc:
+            if exc.code() in (*REFUSALS, grpc.StatusCode.NOT_FOUND):
+                raise ResumeRefused(exc.code(), exc.details() or "") from exc
+            raise
+
     def close(self) -> None:
         self.channel.close()
 
@@ -65,9 +99,10 @@ class KernelFoundryClient:
 class LineageClient:
     """Async client of the store's lineage API (used by the evolver to resume runs, and by the CLI)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, security: ClientSecurity | None = None) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(
+        self.security = security if security is not None else security_from_settings()
+        self.channel = self.security.aio_channel(
             address,
             options=[
                 ("grpc.max_receive_message_length", 256 * 1024 * 1024),

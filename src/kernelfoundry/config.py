@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,6 +27,31 @@ class Settings(BaseSettings):
     grpc_address: str = Field("127.0.0.1:50051", description="Evolver's public gRPC API")
     store_grpc_address: str = Field("127.0.0.1:50052", description="Store's lineage query API")
     metrics_port: int = Field(9464, description="Prometheus /metrics port of this service (0: any free port)")
+    # Who may call the public gRPC APIs (kernelfoundry.api.auth); all empty: plaintext, no token (local stack)
+    api_token: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer token every gRPC call must carry (servers: empty = none needed; clients: sent)",
+    )
+    api_tls_cert: str = Field("", description="Servers: PEM certificate chain; set with the key, TLS only")
+    api_tls_key: str = Field("", description="Servers: PEM private key of api_tls_cert")
+    api_tls_ca: str = Field("", description="Clients: PEM CA that signed the servers' certificate (TLS)")
+    api_tls: bool = Field(False, description="Clients: TLS with the system's roots (no api_tls_ca)")
+    api_tls_server_name: str = Field(
+        "", description="Clients: the name the server's certificate carries, when the address is not it"
+    )
+    # This service's NATS user (kernelfoundry.bus.permissions; empty: no user, as the embedded stack)
+    nats_user: str = Field("", description="NATS user name of this service, e.g. kf-executor-cuda-h200")
+    nats_password: SecretStr = Field(SecretStr(""), description="Password of nats_user (from a Secret)")
+    # How JetStream keeps the streams (kernelfoundry.bus.topology; 0: no limit)
+    stream_replicas: int = Field(1, ge=1, le=5, description="Replicas of every stream (3 in production)")
+    events_max_age_h: float = Field(720.0, ge=0, description="Hours the event history and dead letters keep")
+    events_max_bytes: int = Field(
+        0, ge=0, description="Bytes each of KF_EVENTS, KF_DEADLETTER keeps (reserved on the NATS servers)"
+    )
+    artifacts_max_age_h: float = Field(
+        48.0, ge=0, description="Hours a built unit stays in the artifact store"
+    )
+    artifacts_max_bytes: int = Field(0, ge=0, description="Bytes the artifact store keeps (reserved, too)")
     log_level: str = "info"
     log_format: str = Field("json", description="json or console")
 
@@ -37,7 +62,47 @@ class Settings(BaseSettings):
         "", description="Extra execution->build target pairs, e.g. cuda.l40s=cuda.sm89,cuda.mi300=hip.gfx942"
     )
     generator: str = Field(
-        "heuristic", description="Generator the llm service serves: heuristic, openai, ..."
+        "heuristic",
+        description="Generator the llm service serves: heuristic, or the name its KF_LLM_PROVIDERS serve as"
+        " one ensemble (docs/generators.md)",
+    )
+    # LLM providers (kernelfoundry.generators.registry; docs/generators.md)
+    llm_providers: str = Field(
+        "",
+        description="JSON list of provider entries (name, kind openai|anthropic|heuristic, model, base_url,"
+        " api_key_env, weight, limits) the llm service serves KF_GENERATOR with; empty: the heuristic alone",
+    )
+    llm_prices: str = Field(
+        "", description='Price table: JSON {"model": {"prompt": USD, "completion": USD}} per million tokens'
+    )
+    llm_fallback: bool = Field(
+        True, description="The heuristic proposer answers when every provider is out or failing"
+    )
+    llm_seeder: str = Field("", description="Provider that writes every seed (no parent); empty: weighted")
+    llm_meta_prompter: str = Field(
+        "", description="Provider whose model rewrites prompt variants' guidance sections; empty: rules only"
+    )
+    llm_cooldown_s: float = Field(
+        60.0, gt=0, description="How long a provider that failed 3 times in a row is taken out"
+    )
+    llm_concurrency: int = Field(
+        8, ge=1, description="Generation requests one llm service answers at once with providers configured"
+    )
+    cpu_executors: int = Field(
+        1,
+        ge=0,
+        description="CPU executor processes the embedded stack (`up`, `run`) starts; they time in turn",
+    )
+    gpu_executors: int = Field(
+        0,
+        ge=0,
+        description="GPU executor processes the embedded stack starts, one per visible GPU (0: every visible"
+        " GPU; N: the first N)",
+    )
+    executor_name: str = Field(
+        "",
+        description="This executor's name in its logs and evaluation records (the embedded stack sets"
+        " executor:<hardware>[:<n>], Kubernetes the pod name; empty: the host name)",
     )
 
     # Delivery
@@ -83,6 +148,14 @@ class Settings(BaseSettings):
     run_stall_timeout_s: float = Field(
         3600.0, description="A run that hears nothing of its candidates for this long fails (no_progress)"
     )
+    validation_workers: int = Field(
+        2, ge=1, description="Submitted tasks the evolver validates at once (each in a sandboxed child)"
+    )
+    validation_queue: int = Field(
+        16,
+        ge=0,
+        description="Submissions waiting for a validation slot; one more is refused with RESOURCE_EXHAUSTED",
+    )
 
     # Work
     compile_timeout_s: float = 120.0
@@ -90,6 +163,12 @@ class Settings(BaseSettings):
         0, description="Builds one compiler process runs at once (0: half the cores, at most 8)"
     )
     evaluation_deadline_s: float = 300.0
+    screening: bool = Field(
+        True,
+        description="Screen candidates whose cell has an elite: a short verified measurement first,"
+        " the full timing protocol only within the margin of the elite's time"
+        " (kernelfoundry.evaluation.screening)",
+    )
     correctness_trials: int = 5
     timed_runs: int = 0  # 0: the backend's default
     cpu_threads: int = 0  # 0: all cores

@@ -1,6 +1,7 @@
 """Hosting a service process: logging, metrics endpoint, bus connection, signals, consumer loops.
 
-Entry points call `run_service` with a function that wires handlers; nothing here knows any service's
+Entry points call `run_service` with a function that wires handlers to a Bus (the protocol: `serve` connects
+the JetStream one; tests wire the same functions to the in-memory one); nothing here knows any service's
 domain. Public gRPC APIs are built by `public_grpc_server`, which puts every method behind the edge
 interceptor (kernelfoundry.api). SIGINT/SIGTERM stop the loops cleanly: a message being handled
 finishes (or is redelivered to a peer if the process is killed outright).
@@ -18,15 +19,20 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from kernelfoundry.api.auth import PLAINTEXT_SERVER, ServerSecurity
 from kernelfoundry.api.interceptor import Admission, EdgeInterceptor
+from kernelfoundry.api.standard import StandardServices
+from kernelfoundry.api.transport import server_options
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, Handler
-from kernelfoundry.bus.jetstream import Bus
+from kernelfoundry.bus.jetstream import JetStreamBus
+from kernelfoundry.bus.protocol import Bus
+from kernelfoundry.bus.topology import Topology
 from kernelfoundry.config import Settings
 from kernelfoundry.telemetry.endpoint import start_metrics_server
 from kernelfoundry.telemetry.health import Health
 from kernelfoundry.telemetry.logging import configure_logging, get_logger
 from kernelfoundry.telemetry.metrics import Metrics, subject_kind
-from kernelfoundry.telemetry.queue_lag import QueueLagMonitor, consumer_pending_probe
+from kernelfoundry.telemetry.queue_lag import PendingProbe, QueueLagMonitor
 
 log = get_logger(__name__)
 
@@ -54,6 +60,19 @@ def metrics_callback(metrics: Metrics, service: str) -> Callable[[str, str, floa
             metrics.dead_letters_total.labels(service=service, reason=outcome.split(":", 1)[1]).inc()
 
     return on_result
+
+
+def pending_probe(bus: Bus, stream: str, durable: str) -> PendingProbe:
+    """A queue-lag probe: the durable consumer's messages not delivered yet (LookupError while it does
+    not exist, so the gauge keeps its last value)."""
+
+    async def probe() -> int:
+        state = await bus.consumer_state(stream, durable)
+        if state is None:
+            raise LookupError(f"no consumer {durable!r} on {stream}")
+        return state.pending
+
+    return probe
 
 
 def make_consumer(
@@ -91,31 +110,53 @@ def public_grpc_server(
     *,
     max_receive_bytes: int,
     max_send_bytes: int | None = None,
+    security: ServerSecurity = PLAINTEXT_SERVER,
 ) -> Any:
-    """A gRPC server for a public API: every method behind the edge interceptor (decoding, the declared
-    contract, `admissions` by method name, status codes), and requests above `max_receive_bytes` refused
-    by gRPC itself with RESOURCE_EXHAUSTED before they are read."""
-    options = [("grpc.max_receive_message_length", max_receive_bytes)]
-    if max_send_bytes is not None:
-        options.append(("grpc.max_send_message_length", max_send_bytes))
-    return grpc.aio.server(interceptors=[EdgeInterceptor(service, admissions)], options=options)
+    """A gRPC server for a public API: with a token in `security`, UNAUTHENTICATED for any call without
+    it (kernelfoundry.api.auth) before anything else; every method behind the edge interceptor
+    (decoding, the declared contract, `admissions` by method name, status codes), requests above
+    `max_receive_bytes` refused by gRPC itself with RESOURCE_EXHAUSTED before they are read, responses
+    above `max_send_bytes` (by default the same bound) not sent, and keepalive for long streams
+    (kernelfoundry.api.transport)."""
+    options = server_options(
+        max_receive_bytes=max_receive_bytes,
+        max_send_bytes=max_receive_bytes if max_send_bytes is None else max_send_bytes,
+    )
+    interceptors = [*security.interceptors(), EdgeInterceptor(service, admissions)]
+    return grpc.aio.server(interceptors=interceptors, options=options)
 
 
 @dataclass
 class GrpcEndpoint:
-    """A gRPC server a service runs beside its consumers: started as a task, stopped as a closer."""
+    """A gRPC server a service runs beside its consumers: started as a task, stopped as a closer. With
+    `standard` (health and reflection), health says SERVING once it listens and NOT_SERVING from the
+    moment it starts stopping. It listens with TLS when `security` has a certificate."""
 
     server: Any  # grpc.aio.Server
     address: str
     name: str
+    standard: StandardServices | None = None
+    security: ServerSecurity = PLAINTEXT_SERVER
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.server.add_insecure_port(self.address)
+        self.security.add_port(self.server, self.address)
         await self.server.start()
-        log.info("gRPC API listening", api=self.name, address=self.address)
+        if self.standard is not None:
+            await self.standard.serving()
+        if self.security.authenticates and not self.security.tls:
+            log.warning("gRPC API token travels in plaintext: configure TLS", api=self.name)
+        log.info(
+            "gRPC API listening",
+            api=self.name,
+            address=self.address,
+            tls=self.security.tls,
+            token=self.security.authenticates,
+        )
         await stop.wait()
 
     async def close(self) -> None:
+        if self.standard is not None:
+            await self.standard.shutting_down()
         await self.server.stop(grace=2)
 
 
@@ -129,15 +170,25 @@ async def serve(service: str, settings: Settings, wiring: Wiring, stop: asyncio.
     metrics = Metrics()
     health = Health()
     port = start_metrics_server(settings.metrics_port, metrics.registry, health)
-    bus = await Bus.connect(settings.nats_url, name=f"kf-{service}")
-    health.add_check("nats_connected", lambda: bus.nc.is_connected)
-    log.info("service started", service=service, nats=settings.nats_url, metrics_port=port)
+    bus = await JetStreamBus.connect(
+        settings.nats_url,
+        name=f"kf-{service}",
+        user=settings.nats_user,
+        password=settings.nats_password.get_secret_value(),
+        topology=Topology.from_settings(settings),
+    )
+    health.add_check("nats_connected", bus.connected)
+    log.info(
+        "service started",
+        service=service,
+        nats=settings.nats_url,
+        nats_user=settings.nats_user,
+        metrics_port=port,
+    )
     parts = await wiring(settings, bus, metrics)
     tasks = [asyncio.create_task(c.run(stop)) for c in parts.consumers]
     tasks += [asyncio.create_task(t(stop)) for t in parts.tasks]
-    probes = {
-        c.spec.durable: consumer_pending_probe(bus.js, c.spec.stream, c.spec.durable) for c in parts.consumers
-    }
+    probes = {c.spec.durable: pending_probe(bus, c.spec.stream, c.spec.durable) for c in parts.consumers}
     if probes:
         tasks.append(asyncio.create_task(QueueLagMonitor(metrics, service, probes).run()))
     try:

@@ -2,7 +2,8 @@
 
 Every fixture under tests/fixtures/attacks/ opens with a header the suite reads:
 
-    // expect: <reason>      (`ok` for honest controls and for attacks that must stay harmless)
+    // expect: <reason>      (`ok` for honest controls and for attacks that must stay harmless;
+                             `a | b` where the memory layout decides which of two refusals it meets)
     // class: <attack class of issue 12>
     // checked: judge | runner | sandbox | -
     // attack: <what it does>  (may continue on following `//` lines)
@@ -40,6 +41,11 @@ class Attack:
     description: str
     task: str = "fused_mul_add"
     unit: str = ""  # glue fixtures: the unit they launch
+    also: tuple[str, ...] = ()  # other reasons the layout may give (an input's read-only page, say)
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        return (self.expect, *self.also)
 
     @property
     def is_glue(self) -> bool:
@@ -61,10 +67,12 @@ def read_attack(path: Path) -> Attack:
             last = key
         elif last == "attack":
             fields["attack"] += " " + text
+    expected = [reason.split()[0] for reason in fields["expect"].split("|")]
     return Attack(
         name=path.stem,
         path=path,
-        expect=fields["expect"].split()[0],
+        expect=expected[0],
+        also=tuple(expected[1:]),
         attack_class=fields["class"],
         checked=fields["checked"],
         description=fields["attack"],

@@ -17,21 +17,6 @@ from attacks import ATTACKS, FAST, SHORT_DEADLINE, WITH_BASELINE, Arsenal, Attac
 from kernelfoundry.evaluation import EvaluationReport, EvaluationWorker, reasons
 
 CPU_ATTACKS = catalogue("cpu")
-# Open holes (docs/evaluation.md, "Adversarial suite"): the evaluator catches these only sometimes, so
-# their tests may pass or fail without failing the suite; the hole stays listed until it is closed.
-KNOWN_HOLES = {
-    "content_hash_cache": "timed calls reuse input contents the runner has seen: a cache keyed by a hash "
-    "of the inputs is caught by the timing cross-check only sometimes",
-}
-
-
-def _params(attacks: list[Attack]) -> list[object]:
-    return [
-        pytest.param(a, marks=pytest.mark.xfail(reason=KNOWN_HOLES[a.name], strict=False))
-        if a.name in KNOWN_HOLES
-        else a
-        for a in attacks
-    ]
 
 
 CONTROL = read_attack(ATTACKS / "cpu" / "control_fma.cpp")
@@ -56,24 +41,20 @@ def assert_verdict(report: EvaluationReport, attack: Attack) -> None:
         assert report.correct, f"{attack.name}: {report.reason}: {report.message}"
         assert report.reason is None
         return
-    assert report.reason == attack.expect, f"{attack.name}: got {report.reason}: {report.message}"
+    assert report.reason in attack.accepted, f"{attack.name}: got {report.reason}: {report.message}"
     assert not report.correct
     assert report.speedup is None and report.runtime_ms is None
     assert report.message
 
 
 def assert_control_passes(worker: EvaluationWorker, arsenal: Arsenal, control: Attack, after: Attack) -> None:
-    """The honest control is correct on the same worker. On a loaded host the judge's outside timing
-    cross-check can refuse an honest kernel (`timing_mismatch`, load noise, not the attack: the control
-    runs in a fresh runner); such a refusal is re-evaluated, at most twice. Any other reason fails."""
-    for _ in range(3):
-        report = worker.evaluate(arsenal.request(control, FAST))
-        if report.reason != reasons.TIMING_MISMATCH:
-            break
+    """The honest control is correct on the same worker, the first time (on a busy host the timing
+    cross-check measures again before it refuses, and discounts what other processes explain)."""
+    report = worker.evaluate(arsenal.request(control, FAST))
     assert report.correct, f"after {after.name}: {report.reason}: {report.message}"
 
 
-@pytest.mark.parametrize("attack", _params(CPU_ATTACKS), ids=lambda a: a.name)
+@pytest.mark.parametrize("attack", CPU_ATTACKS, ids=lambda a: a.name)
 def test_attack_is_caught_and_the_worker_keeps_serving(
     attack: Attack, arsenal: Arsenal, worker: EvaluationWorker, listener: socket.socket
 ) -> None:
@@ -83,6 +64,20 @@ def test_attack_is_caught_and_the_worker_keeps_serving(
         with pytest.raises(BlockingIOError):
             listener.accept()  # nothing connected to the service's listener
     assert_control_passes(worker, arsenal, CONTROL, attack)
+
+
+def test_a_content_cache_is_timed_with_its_whole_work(arsenal: Arsenal, worker: EvaluationWorker) -> None:
+    """Every timed call gets fresh input contents, so a cache keyed by a hash of the inputs never hits
+    there: the caching unit's runtime is the honest product's, not the hash's (about N = 192 times less)."""
+    cache = worker.evaluate(arsenal.request(read_attack(ATTACKS / "cpu" / "content_hash_cache.cpp"), FAST))
+    honest = worker.evaluate(arsenal.request(read_attack(ATTACKS / "cpu" / "control_matmul.cpp"), FAST))
+    assert cache.correct and honest.correct, (cache.message, honest.message)
+    counters = cache.counters
+    assert counters["refreshed_timed_runs"] == counters["timed_runs"] + counters["warmup_runs"]
+    assert cache.runtime_ms is not None and honest.runtime_ms is not None
+    # A hit costs a hash of 2 x 192^2 floats, a miss the 192^3 product as well: even on a busy host
+    # the two medians stay far closer than the factor of ~100 a hit would show.
+    assert cache.runtime_ms > honest.runtime_ms / 4, (cache.runtime_ms, honest.runtime_ms)
 
 
 def test_no_attack_left_a_file_outside_its_scratch_folder(service_dir: Path) -> None:

@@ -304,7 +304,7 @@ class ChaosRound:
                 event = search_pb2.CandidateCreated.FromString(data)
                 if RETIME_MARKER not in event.candidate_id:
                     created[event.run_id].append(event.candidate_id)
-            elif subject == subjects.EVALUATION_FINISHED:
+            elif subjects.is_evaluation_finished(subject):
                 evaluations[_candidate_of_evaluation(data)] += 1
         dead = []
         for _subject, data in letters:

@@ -5,12 +5,14 @@ refused with the right status and a message that names the field and the rule (n
 stack trace, an exception class or a server path), no run is created and nothing is written outside the
 store's own folders. Then: an unfinished run imported with hardware nothing serves, and a poisoned running
 run in the lineage, do not stop a restarted evolver; the services' memory does not drift under thousands of
-bad requests; and a normal small run afterwards completes correctly.
+bad requests; ResumeRun continues an imported unfinished run to a correct end and refuses, before anything
+changes, runs it cannot continue; and a normal small run afterwards completes correctly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import io
 import json
@@ -23,6 +25,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.json_format import MessageToDict
 
 from kernelfoundry.codec import task_to_proto
 from kernelfoundry.lineage import RunRecord
@@ -254,6 +257,7 @@ def test_run_ids_that_are_not_run_ids_are_refused_by_every_method(
         lambda: store.ExportRun(lineage_pb2.ExportRunRequest(run_id=run_id), timeout=30),
         lambda: store.GetRunHistory(lineage_pb2.GetRunHistoryRequest(run_id=run_id), timeout=30),
         lambda: store.GetRunRecord(lineage_pb2.GetRunRecordRequest(run_id=run_id), timeout=30),
+        lambda: evolver.ResumeRun(service_pb2.ResumeRunRequest(run_id=run_id), timeout=30),
     ]
     for call in calls:
         refused(call, grpc.StatusCode.INVALID_ARGUMENT, "run_id", stack=stack)
@@ -438,6 +442,87 @@ async def _poison(stack: Stack, run: RunRecord) -> None:
         await repo.save_run(run)
     finally:
         await repo.close()
+
+
+def unfinished_with_task(run_id: str, **config_fields: Any) -> RunRecord:
+    """An unfinished run of another deployment as its archive carries it: the task in its configuration."""
+    task = chain_task()
+    run = record(run_id)
+    config = {**run.config, **config_fields}
+    config["task"] = MessageToDict(task_to_proto(task), preserving_proto_field_name=True)
+    return dataclasses.replace(
+        run,
+        task_name=task.name,
+        task_source=task.reference_source,
+        config=config,
+        hardware=str(config["hardware"]),
+    )
+
+
+def stored_status(store: Any, run_id: str) -> str:
+    return store.GetRunRecord(lineage_pb2.GetRunRecordRequest(run_id=run_id)).run.status
+
+
+def test_resume_refuses_runs_it_cannot_continue_and_changes_nothing(
+    stack: Stack, store: Any, evolver: Any
+) -> None:
+    refused(
+        lambda: evolver.ResumeRun(service_pb2.ResumeRunRequest(run_id="run-0123456789ab"), timeout=30),
+        grpc.StatusCode.NOT_FOUND,
+        "run_not_found",
+    )
+    cases = [
+        (unfinished_with_task("run-rescuda", hardware="cuda.h200"), "unserved_hardware", "cuda.h200"),
+        (unfinished_with_task("run-resqpu", hardware="quantum.qpu"), "unknown_hardware", "quantum.qpu"),
+        (unfinished_with_task("run-resgen", generator="nope"), "unserved_generator", "nope"),
+        (unfinished_with_task("run-respop", population=65), "limit_exceeded", "KF_API_MAX_POPULATION"),
+        (record("run-resnotask"), "invalid_task", "empty_task"),
+    ]
+    for run, *_ in cases:
+        store.ImportRun(lineage_pb2.ImportRunRequest(archive=archive_of(run)), timeout=30)
+    before = (run_folders(stack), len(stored_runs(stack)))
+    for run, reason, needle in cases:
+        refused(
+            lambda run=run: evolver.ResumeRun(service_pb2.ResumeRunRequest(run_id=run.run_id), timeout=60),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            reason,
+            needle,
+            stack=stack,
+        )
+        assert stored_status(store, run.run_id) == "stopped"
+        stopped = evolver.GetRun(service_pb2.GetRunRequest(run_id=run.run_id), timeout=30).progress
+        assert stopped.status == run_pb2.RUN_STATUS_STOPPED and "resume" in stopped.message
+    assert (run_folders(stack), len(stored_runs(stack))) == before
+    assert stack.service("evolver").alive()
+
+
+def test_an_imported_unfinished_run_is_resumed_on_request_and_completes_correctly(
+    stack: Stack, store: Any, evolver: Any
+) -> None:
+    from kernelfoundry.client import KernelFoundryClient
+
+    run = unfinished_with_task("run-resumeme")
+    imported = store.ImportRun(lineage_pb2.ImportRunRequest(archive=archive_of(run)), timeout=30)
+    assert imported.run_id == run.run_id and stored_status(store, run.run_id) == "stopped"
+    resumed = evolver.ResumeRun(service_pb2.ResumeRunRequest(run_id=run.run_id), timeout=300).progress
+    assert resumed.status == run_pb2.RUN_STATUS_RUNNING
+    client = KernelFoundryClient(stack.grpc_address)
+    try:
+        final = wait_finished(client, run.run_id)
+    finally:
+        client.close()
+    assert final.status == run_pb2.RUN_STATUS_COMPLETED, final.message
+    assert final.candidates_correct >= 1
+    _candidates, _evaluations, _builds, stored, _ = wait_lineage_complete(stack, run.run_id)
+    assert stored.status == "finished"
+    refused(
+        lambda: evolver.ResumeRun(service_pb2.ResumeRunRequest(run_id=run.run_id), timeout=30),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "run_not_stopped",
+        "finished",
+    )
+    best = evolver.GetBestKernel(service_pb2.GetBestKernelRequest(run_id=run.run_id), timeout=30).best
+    assert best.candidate_id and best.source.code
 
 
 def test_a_normal_small_run_afterwards_completes_correctly(stack: Stack) -> None:

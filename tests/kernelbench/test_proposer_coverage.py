@@ -7,10 +7,13 @@ Slow (`slow` marker): on the CPU, the first candidate the proposer ranks best is
 evaluator; the next is tried only when it fails. Skipped cleanly when the task folder is absent.
 By default the slow test walks a fixed sample of every SAMPLE_STRIDE-th task, so that the README's test
 command stays within CI's time on 2 cores; KF_KERNELBENCH_WALK=all walks all 176 (about 15-30 minutes).
+KF_KERNELBENCH_WALK_OUT=path appends one JSON line per walked task (task, correct, the rank of the
+correct candidate, each tried candidate's outcome) so that a whole walk can be summarised.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from functools import cache
@@ -30,13 +33,11 @@ FILES = sorted(KERNELBENCH.glob("level[12]/*.py")) if KERNELBENCH.is_dir() else 
 MAX_ELEMENTS = 2**18
 MAX_FLOPS = 2**24
 CANDIDATES_TRIED = 3
-# The judge cross-checks a kernel's claimed time against batches it times itself; on a shared CI host
-# under heavy load (load average 19 on 2 cores was seen) that check alone can fail a correct kernel,
-# and the same kernel passes when evaluated again. This test is about correctness: it re-evaluates.
-TIMING_RETRIES = 2
 
 SAMPLE_STRIDE = 11
 WALKED = FILES if os.environ.get("KF_KERNELBENCH_WALK") == "all" else FILES[::SAMPLE_STRIDE]
+
+WALK_OUT = os.environ.get("KF_KERNELBENCH_WALK_OUT")
 
 pytestmark = pytest.mark.skipif(not FILES, reason="../shared/kernelbench is absent")
 
@@ -50,6 +51,15 @@ def reduced_task(path: Path) -> Task:
     source = path.read_text()
     sizes = reduced_sizes(source, MAX_ELEMENTS, MAX_FLOPS)
     return Task(task_id(path), source, shapes=(ShapeVariant("cpu_reduced", sizes),))
+
+
+def record_walk(task: str, correct_rank: int | None, outcomes: list[str]) -> None:
+    """One JSON line for the walked task into KF_KERNELBENCH_WALK_OUT (nothing when it is unset)."""
+    if not WALK_OUT:
+        return
+    line = {"task": task, "correct": correct_rank is not None, "rank": correct_rank, "outcomes": outcomes}
+    with open(WALK_OUT, "a") as out:
+        out.write(json.dumps(line) + "\n")
 
 
 def test_all_176_tasks_are_here() -> None:
@@ -98,6 +108,8 @@ def test_the_cpu_candidate_ranked_first_is_correct(
 
     task = reduced_task(path)
     result = HeuristicGenerator().generate_sync(GenerationRequest("cov", task, "cpu", count=CANDIDATES_TRIED))
+    if not result.candidates:
+        record_walk(task.name, None, [f"no candidate: {result.error}: {result.message}"])
     assert result.candidates, result.message
     settings = EvaluationSettings(
         warmup_runs=0,
@@ -108,19 +120,19 @@ def test_the_cpu_candidate_ranked_first_is_correct(
         measure_baselines=False,
     )
     outcomes = []
-    for candidate in result.candidates[:CANDIDATES_TRIED]:
+    for rank, candidate in enumerate(result.candidates[:CANDIDATES_TRIED]):
         built = build(candidate.source, BuildTarget("cpu", "x86_64"), build_cache)
         if not built.ok or built.artifact is None:
             outcomes.append(f"build failed: {built.log[-500:]}")
             continue
-        request = EvaluationRequest(task, candidate.source, built.artifact, "cpu", settings)
-        for _ in range(TIMING_RETRIES + 1):
-            report = cpu_worker.evaluate(request)  # type: ignore[attr-defined]
-            if report.correct:
-                return
-            outcomes.append(f"{report.reason}: {report.message}")
-            if report.reason != "timing_mismatch":
-                break
+        report = cpu_worker.evaluate(  # type: ignore[attr-defined]
+            EvaluationRequest(task, candidate.source, built.artifact, "cpu", settings)
+        )
+        if report.correct:
+            record_walk(task.name, rank, [*outcomes, "correct"])
+            return
+        outcomes.append(f"{report.reason}: {report.message}")
+    record_walk(task.name, None, outcomes)
     pytest.fail(f"no correct candidate among the first {CANDIDATES_TRIED}: {outcomes}")
 
 

@@ -6,7 +6,8 @@ the service's admission check for the method, if any, runs (limits, what the dep
 handler. Errors a client can act on (`errors.api_error_of`) become their status with a message naming
 the field and the rule, logged once as a warning; anything else is a server fault: logged with its stack
 here, answered INTERNAL with a reference and nothing of the server's internals. Nothing is created before
-every check has passed, because the handler only runs after them.
+every check has passed, because the handler only runs after them. The standard health and reflection
+services (`standard.STANDARD_SERVICES`, not in our protos) pass through untouched; nothing else does.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from google.protobuf.message import Message
 
 from kernelfoundry.api import contract
 from kernelfoundry.api.errors import ApiError, api_error_of, invalid
+from kernelfoundry.api.standard import STANDARD_SERVICES
 from kernelfoundry.telemetry.logging import get_logger
 
 log = get_logger(__name__)
@@ -54,6 +56,11 @@ def _method_name(full: str) -> str:
     return full.rsplit("/", 1)[-1]
 
 
+def _service_name(full: str) -> str:
+    """`/package.Service/Method` -> `package.Service`."""
+    return full.strip("/").rsplit("/", 1)[0]
+
+
 class EdgeInterceptor(grpc.aio.ServerInterceptor):
     """Decoding, contract and admission checks before any handler; status codes clients can act on."""
 
@@ -62,6 +69,8 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):
         self.admissions = dict(admissions or {})
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        if _service_name(handler_call_details.method) in STANDARD_SERVICES:
+            return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)
         if handler is None:
             return None

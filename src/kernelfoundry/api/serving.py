@@ -3,7 +3,7 @@
 A name is served when a configured pool serves it (KF_SERVED_HARDWARE, KF_SERVED_GENERATORS, KF_GENERATOR:
 pools that scale to zero) or when some worker's durable consumer on the work stream filters its subject
 (kf.execute.<hw>, kf.compile.<target>, kf.generate.<name>). `served_from_subjects` is the pure part; the
-probe reads the consumers from JetStream and keeps the answer for a few seconds, so a burst of requests
+probe reads the consumers from the bus and keeps the answer for a few seconds, so a burst of requests
 costs one lookup.
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import grpc
-from nats.js.errors import NotFoundError
 
 from kernelfoundry.api.errors import ApiError
 from kernelfoundry.bus import subjects
+from kernelfoundry.bus.protocol import Bus
 from kernelfoundry.config import Settings
 
 
@@ -80,33 +80,24 @@ class ServingProbe:
         return generator in (await self.served()).generators
 
 
-def work_consumer_subjects(js: object, stream: str = subjects.WORK_STREAM) -> SubjectLister:
-    """A lister of the filter subjects of every consumer on the work stream (nats-py JetStream context)."""
+def work_consumer_subjects(bus: Bus, stream: str = subjects.WORK_STREAM) -> SubjectLister:
+    """A lister of the filter subjects of every consumer on the work stream."""
 
     async def list_subjects() -> list[str]:
         try:
-            consumers = await js.consumers_info(stream)  # type: ignore[attr-defined]
-        except NotFoundError:  # the stream does not exist yet: nothing is served by a consumer
-            return []
+            return await bus.consumer_subjects(stream)
         except Exception as exc:  # the bus did not answer: not the client's mistake, and not "unserved"
             raise ApiError(
                 grpc.StatusCode.UNAVAILABLE, "bus_unavailable", "the message bus did not answer; retry"
             ) from exc
-        found: list[str] = []
-        for info in consumers:
-            config = info.config
-            if config.filter_subject:
-                found.append(config.filter_subject)
-            found.extend(config.filter_subjects or ())
-        return found
 
     return list_subjects
 
 
-def probe_for(settings: Settings, js: object) -> ServingProbe:
+def probe_for(settings: Settings, bus: Bus) -> ServingProbe:
     """The probe of this deployment: its configured pools plus the work stream's consumers."""
     return ServingProbe(
-        work_consumer_subjects(js),
+        work_consumer_subjects(bus),
         configured_hardware=frozenset(settings.served_hardware_list),
         configured_generators=frozenset(settings.served_generators_list),
     )

@@ -1,4 +1,6 @@
-"""The JetStream bus: streams, subjects, publishing, the shared consumer loop and the artifact store.
+"""The message bus: subjects, the event catalogue, the Bus protocol, its implementations (JetStream,
+in memory) and the one consumer loop every service uses.
 
-The only package that imports nats. Services hand it handlers; they never touch NATS directly.
+Services speak the Bus protocol (kernelfoundry.bus.protocol) and hand the consumer loop their handlers;
+only kernelfoundry.bus.jetstream imports nats.
 """

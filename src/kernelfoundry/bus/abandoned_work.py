@@ -16,7 +16,7 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.bus.jetstream import Outgoing
+from kernelfoundry.bus.protocol import Outgoing
 from kernelfoundry.v1 import build_pb2, evaluation_pb2, search_pb2
 
 MESSAGE_LIMIT = 4000
@@ -51,6 +51,10 @@ def failure_event(request: Message, reason: str, message: str) -> Outgoing | Non
         )
         return Outgoing(subjects.CANDIDATE_COMPILED, compiled, f"compiled-{request.candidate_id}")
     if isinstance(request, build_pb2.EvaluateCandidate):
+        try:
+            subject = subjects.evaluation_finished(request.hardware)
+        except ValueError:  # not a request any compiler sent: there is no pool whose result it awaits
+            return None
         evaluated = evaluation_pb2.EvaluationFinished(
             candidate_id=request.candidate_id,
             run_id=request.run_id,
@@ -59,5 +63,5 @@ def failure_event(request: Message, reason: str, message: str) -> Outgoing | Non
             reason=reason,
             message=text,
         )
-        return Outgoing(subjects.EVALUATION_FINISHED, evaluated, f"evaluated-{request.candidate_id}")
+        return Outgoing(subject, evaluated, f"evaluated-{request.candidate_id}")
     return None

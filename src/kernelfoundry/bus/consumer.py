@@ -11,7 +11,8 @@ Written once so no service repeats it. Semantics:
   max_deliver times goes to `kf.deadletter.<subject>` with its reason, and is terminated; a work request
   dead-lettered so also ends its work with a failure event (`abandoned_work`), so no run waits for it;
 - a handler that raises anything else gets the message redelivered after a delay (nak with backoff);
-- after a broker restart the pull subscription is rebound (nats-py does not do it by itself).
+- after a broker restart (or any error of the bus) the subscription is bound again.
+It speaks only the Bus protocol (kernelfoundry.bus.protocol): the same loop runs on JetStream and in memory.
 """
 
 from __future__ import annotations
@@ -23,15 +24,10 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from google.protobuf.message import DecodeError, Message
-from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError, NoServersError
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.abandoned_work import failure_event
-from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.bus.protocol import Bus, BusMessage, ConsumerSpec, Outgoing, Subscription
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.v1 import run_pb2
 
@@ -67,23 +63,6 @@ class Delivery:
 Handler = Callable[[M, Delivery], Awaitable[Sequence[Outgoing]]]
 
 
-@dataclass(frozen=True)
-class ConsumerSpec:
-    stream: str
-    durable: str
-    filter_subjects: tuple[str, ...]
-    ack_wait_s: float = 30.0
-    max_deliver: int = 5
-    max_ack_pending: int = 64
-    heartbeat_s: float = 5.0
-    batch: int = 1
-    deliver_all: bool = True
-    # messages handled at once by this process (each with its own heartbeat); 1 keeps the handler serial
-    concurrency: int = 1
-    # first wait before publishing a handled message's outputs again (doubling up to 2 s)
-    publish_retry_s: float = 0.2
-
-
 @dataclass
 class ConsumerStats:
     handled: int = 0
@@ -110,41 +89,15 @@ class Consumer(Generic[M]):
         self.on_result = on_result  # (subject, outcome, seconds) for metrics
         self.stats = ConsumerStats()
 
-    async def _bind(self):  # type: ignore[no-untyped-def]
-        spec = self.spec
-        config = ConsumerConfig(
-            durable_name=spec.durable,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=spec.ack_wait_s,
-            # The loop dead-letters at spec.max_deliver; the server-side cap is a backstop for workers that
-            # die on the message before they can.
-            max_deliver=spec.max_deliver + 2,
-            max_ack_pending=spec.max_ack_pending,
-            deliver_policy=DeliverPolicy.ALL if spec.deliver_all else DeliverPolicy.NEW,
-        )
-        if len(spec.filter_subjects) == 1:
-            config.filter_subject = spec.filter_subjects[0]
-        else:
-            config.filter_subjects = list(spec.filter_subjects)
-        js = self.bus.js
-        try:
-            await js.consumer_info(spec.stream, spec.durable)
-        except NotFoundError:
-            try:
-                await js.add_consumer(spec.stream, config)
-            except Exception:
-                await js.consumer_info(spec.stream, spec.durable)  # created concurrently by a pool peer
-        return await js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
-
     async def run(self, stop: asyncio.Event) -> None:
-        sub = None
+        sub: Subscription | None = None
         inflight: set[asyncio.Task[None]] = set()
         try:
             while not stop.is_set():
                 try:
                     if sub is None:
                         await self.bus.ensure_topology()
-                        sub = await self._bind()
+                        sub = await self.bus.subscribe(self.spec)
                         log.info(
                             "consumer bound",
                             durable=self.spec.durable,
@@ -155,26 +108,21 @@ class Consumer(Generic[M]):
                     if room <= 0:
                         _, inflight = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                         continue
-                    try:
-                        want = room if self.spec.concurrency > 1 else max(self.spec.batch, 1)
-                        msgs = await sub.fetch(want, timeout=1.0)
-                    except (TimeoutError, NatsTimeoutError):
-                        continue
+                    want = room if self.spec.concurrency > 1 else max(self.spec.batch, 1)
+                    msgs = await sub.fetch(want, timeout_s=1.0)
                     for msg in msgs:
                         if self.spec.concurrency <= 1:
                             await self._process(msg)
                         else:
                             inflight.add(asyncio.create_task(self._process(msg)))
-                except (ConnectionClosedError, NoServersError, ServiceUnavailableError, NotFoundError) as exc:
-                    log.warning(
-                        "consumer lost its subscription; rebinding", durable=self.spec.durable, error=str(exc)
-                    )
-                    sub = None
-                    await asyncio.sleep(0.5)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.warning("consumer loop error; rebinding", durable=self.spec.durable, error=repr(exc))
+                    log.warning(
+                        "consumer lost its subscription; rebinding",
+                        durable=self.spec.durable,
+                        error=repr(exc),
+                    )
                     sub = None
                     await asyncio.sleep(0.5)
         except asyncio.CancelledError:
@@ -185,10 +133,9 @@ class Consumer(Generic[M]):
         if inflight:
             await asyncio.gather(*inflight, return_exceptions=True)
 
-    async def _process(self, msg: Msg) -> None:
-        meta = msg.metadata
+    async def _process(self, msg: BusMessage) -> None:
         delivery = Delivery(
-            subject=msg.subject, deliveries=meta.num_delivered, stream_sequence=meta.sequence.stream
+            subject=msg.subject, deliveries=msg.deliveries, stream_sequence=msg.stream_sequence
         )
         started = time.perf_counter()
         try:
@@ -259,7 +206,7 @@ class Consumer(Generic[M]):
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)
 
-    async def _heartbeat(self, msg: Msg) -> None:
+    async def _heartbeat(self, msg: BusMessage) -> None:
         try:
             while True:
                 await asyncio.sleep(self.spec.heartbeat_s)
@@ -270,7 +217,7 @@ class Consumer(Generic[M]):
             log.warning("in-progress ack failed", error=str(exc))
 
     async def _dead_letter(
-        self, msg: Msg, delivery: Delivery, reason: str, message: str, decoded: Message | None = None
+        self, msg: BusMessage, delivery: Delivery, reason: str, message: str, decoded: Message | None = None
     ) -> None:
         # The failure first, the letter next, the termination last: a process killed in between gets the
         # message again and publishes both again under the same ids, which the streams de-duplicate.
@@ -285,7 +232,8 @@ class Consumer(Generic[M]):
             deliveries=delivery.deliveries,
             service=self.service,
         )
-        msg_id = f"dl-{self.spec.stream}-{delivery.stream_sequence}"
+        # one letter per consumer: an event that the store and the evolver both give up on is two letters
+        msg_id = f"dl-{self.spec.durable}-{self.spec.stream}-{delivery.stream_sequence}"
         await self.bus.publish(subjects.deadletter(msg.subject), letter, msg_id)
         await msg.term()
         self.stats.dead_lettered += 1

@@ -15,10 +15,15 @@ DEADLETTER_PREFIX = "kf.deadletter"
 
 RUN_SUBMITTED = "kf.events.run.submitted"
 RUN_FINISHED = "kf.events.run.finished"
+RUN_RESUMED = "kf.events.run.resumed"
 CANDIDATES_GENERATED = "kf.events.generation.finished"
 CANDIDATE_CREATED = "kf.events.candidate.created"
 CANDIDATE_COMPILED = "kf.events.compile.finished"
+# Evaluation results travel on their executor pool's own subject, `kf.events.evaluation.finished.<hardware>`,
+# which only that pool's NATS user may publish to (kernelfoundry.bus.permissions); the bare subject is
+# what results were published on before, still decoded when the history is replayed.
 EVALUATION_FINISHED = "kf.events.evaluation.finished"
+EVALUATION_FINISHED_ANY = f"{EVALUATION_FINISHED}.>"
 ARCHIVE_UPDATED = "kf.events.archive.updated"
 
 
@@ -41,6 +46,22 @@ def compile_(hardware: str) -> str:
 def execute(hardware: str) -> str:
     """`cuda.h200` -> `kf.execute.cuda.h200`."""
     return f"{EXECUTE_PREFIX}.{_hardware(hardware)}"
+
+
+def evaluation_finished(hardware: str) -> str:
+    """`cuda.h200` -> `kf.events.evaluation.finished.cuda.h200`: the results of that executor pool."""
+    return f"{EVALUATION_FINISHED}.{_hardware(hardware)}"
+
+
+def is_evaluation_finished(subject: str) -> bool:
+    return subject == EVALUATION_FINISHED or subject.startswith(EVALUATION_FINISHED + ".")
+
+
+def result_hardware(subject: str) -> str | None:
+    """The executor pool a result subject belongs to (None for the bare, pool-less subject)."""
+    if not subject.startswith(EVALUATION_FINISHED + "."):
+        return None
+    return subject[len(EVALUATION_FINISHED) + 1 :]
 
 
 def deadletter(subject: str) -> str:

@@ -16,6 +16,9 @@ app = typer.Typer(
     help="Evolve faster CUDA and C++/OpenMP kernels for a PyTorch reference computation.",
     no_args_is_help=True,
     add_completion=False,
+    # a crash report never prints local variables (a request's headers carry a provider's key); older
+    # typer releases printed them by default
+    pretty_exceptions_show_locals=False,
 )
 
 SERVICES = ("evolver", "llm", "compiler", "executor", "store")
@@ -58,6 +61,8 @@ def up(
         state_dir=settings.state_dir,
         grpc_address=settings.grpc_address,
         store_grpc_address=settings.store_grpc_address,
+        cpu_executors=settings.cpu_executors,
+        gpu_executors=settings.gpu_executors,
     )
     stopping = False
 
@@ -75,8 +80,8 @@ def up(
             f"[green]KernelFoundry is up[/green]: gRPC {stack.grpc_address}, "
             f"lineage API {stack.store_grpc_address}, NATS {stack.nats_url}"
         )
-        hardware = ", ".join(h.execute for h in stack.hardware or [])
-        console.print(f"hardware: {hardware}; logs in {stack.state_dir / 'logs'}")
+        executors = ", ".join(s.name.removeprefix("executor:") for s in stack.executor_services())
+        console.print(f"executors: {executors}; logs in {stack.state_dir / 'logs'}")
         from kernelfoundry.cli.resumed import announce_resumed
 
         announce_resumed(console, stack.store_grpc_address)
@@ -98,11 +103,15 @@ def up(
 def _register_optional_commands() -> None:
     from kernelfoundry.cli.cancel import cancel
     from kernelfoundry.cli.evaluate import evaluate
+    from kernelfoundry.cli.report import report
+    from kernelfoundry.cli.resume import resume
     from kernelfoundry.cli.run import run
 
     app.command("run")(run)
     app.command("cancel")(cancel)
+    app.command("resume")(resume)
     app.command("evaluate")(evaluate)
+    app.command("report")(report)
     app.add_typer(__import__("kernelfoundry.cli.lineage", fromlist=["_"]).lineage_app, name="lineage")
 
 

@@ -11,6 +11,7 @@ import asyncio
 
 from rich.console import Console
 
+from kernelfoundry.api.auth import PLAINTEXT_CLIENT, ClientSecurity
 from kernelfoundry.client import LineageClient
 from kernelfoundry.v1 import lineage_pb2
 
@@ -18,9 +19,9 @@ LOOKUP_TIMEOUT_S = 10.0
 
 
 async def running_runs(
-    store_address: str, timeout_s: float = LOOKUP_TIMEOUT_S
+    store_address: str, timeout_s: float = LOOKUP_TIMEOUT_S, security: ClientSecurity | None = None
 ) -> list[lineage_pb2.RunRecord]:
-    client = LineageClient(store_address)
+    client = LineageClient(store_address, security)
     try:
         if not await client.ready(timeout_s):
             raise ConnectionError(f"no lineage API answers at {store_address}")
@@ -39,9 +40,9 @@ def resumed_lines(runs: list[lineage_pb2.RunRecord]) -> list[str]:
 
 
 def announce_resumed(console: Console, store_address: str, timeout_s: float = LOOKUP_TIMEOUT_S) -> list[str]:
-    """Print the runs the stack resumed; returns their ids."""
+    """Print the runs the (local, plaintext) stack resumed; returns their ids."""
     try:
-        runs = asyncio.run(running_runs(store_address, timeout_s))
+        runs = asyncio.run(running_runs(store_address, timeout_s, PLAINTEXT_CLIENT))
     except Exception as exc:  # best effort: the run itself does not depend on this
         console.print(f"could not list resumed runs: {exc}", markup=False)
         return []

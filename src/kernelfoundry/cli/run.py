@@ -25,10 +25,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kernelfoundry.api.auth import PLAINTEXT_CLIENT
 from kernelfoundry.cli.levels import level_words
 from kernelfoundry.cli.output import CliError, fail, rejection, stderr_console, stdout_console
 from kernelfoundry.client import KernelFoundryClient, SubmissionRejected
+from kernelfoundry.codec import descriptors_from_proto
 from kernelfoundry.config import load_settings
+from kernelfoundry.domain.descriptors import AXES, CELL_COUNT
 from kernelfoundry.tasks.model import TaskError
 from kernelfoundry.v1 import run_pb2
 
@@ -101,7 +104,7 @@ def speedup_dict(progress: run_pb2.RunProgress) -> dict[str, Any] | None:
 def summary_dict(progress: run_pb2.RunProgress) -> dict[str, object]:
     best = progress.best
     hardware = progress.config.hardware or best.hardware
-    words = {axis: level_words(hardware, axis) for axis in ("memory", "algorithm", "parallelism")}
+    words = {axis: level_words(hardware, axis) for axis in AXES}
     return {
         "run_id": progress.run_id,
         "task": progress.task_name,
@@ -119,17 +122,13 @@ def summary_dict(progress: run_pb2.RunProgress) -> dict[str, object]:
         "eager_runtime_ms": best.baseline_ms,
         "torch_compile_runtime_ms": best.compile_baseline_ms or None,
         "best_descriptors": {
-            "memory": best.descriptors.memory,
-            "algorithm": best.descriptors.algorithm,
-            "parallelism": best.descriptors.parallelism,
+            **descriptors_from_proto(best.descriptors).as_dict(),
             "described": {axis: words[axis][getattr(best.descriptors, axis)] for axis in words},
         },
         "archive_cells_filled": len(progress.archive),
         "archive": [
             {
-                "memory": c.descriptors.memory,
-                "algorithm": c.descriptors.algorithm,
-                "parallelism": c.descriptors.parallelism,
+                **descriptors_from_proto(c.descriptors).as_dict(),
                 "candidate_id": c.candidate_id,
                 "speedup": round(c.speedup, 4),
             }
@@ -154,8 +153,42 @@ def summary_dict(progress: run_pb2.RunProgress) -> dict[str, object]:
             for t in progress.tuned
         ],
         "elapsed_s": round(progress.elapsed_s, 2),
+        "usage": usage_dict(progress),
         "message": progress.message,
     }
+
+
+def _totals(t: run_pb2.GenerationTotals) -> dict[str, Any]:
+    return {
+        "requests": t.requests,
+        "prompt_tokens": t.prompt_tokens,
+        "completion_tokens": t.completion_tokens,
+        "cost_usd": t.cost_usd,
+    }
+
+
+def usage_dict(progress: run_pb2.RunProgress) -> dict[str, Any]:
+    """The run's generation requests, tokens and cost (USD from the price table), and per generator."""
+    return {
+        **_totals(progress.usage),
+        "by_generator": {name: _totals(t) for name, t in sorted(progress.usage_by_generator.items())},
+    }
+
+
+def usage_line(summary: dict[str, Any]) -> str | None:
+    """What the run's generation cost, per generator; None for a run that spent no token."""
+    usage = summary["usage"]
+    if not usage["prompt_tokens"] and not usage["completion_tokens"]:
+        return None
+
+    def spent(t: dict[str, Any]) -> str:
+        return (
+            f"{t['prompt_tokens']:,} prompt + {t['completion_tokens']:,} completion tokens, "
+            f"${t['cost_usd']:.4f} over {t['requests']} request{'' if t['requests'] == 1 else 's'}"
+        )
+
+    parts = "; ".join(f"{name}: {spent(t)}" for name, t in usage["by_generator"].items())
+    return f"generation: {spent(usage)} ({parts})"
 
 
 @dataclass(frozen=True)
@@ -320,7 +353,7 @@ def _run(
                 error = CliError("interrupted", "interrupted while the stack started", EXIT_INTERRUPTED)
                 raise fail(error, json_output) from None
             client.close()
-            client = KernelFoundryClient(stack.grpc_address)
+            client = KernelFoundryClient(stack.grpc_address, PLAINTEXT_CLIENT)  # local: no token
             cleanup.callback(client.close)
             announce_resumed(console, stack.store_grpc_address)
         try:
@@ -335,7 +368,14 @@ def _run(
         followed = follow(
             client, run_id, console, quiet=json_output, detach_hint=detach_hint(run_id, embedded)
         )
+    conclude(followed, run_id, console, json_output)
+
+
+def conclude(followed: Followed, run_id: str, console: Console, json_output: bool, **extra: object) -> None:
+    """How a followed run ended, for `run` and `resume` alike: its summary (or one JSON document, with
+    `extra` fields), then the exit status: 130 after Ctrl-C, 1 when the run did not complete."""
     summary = summary_dict(followed.progress)
+    summary.update(extra)
     if followed.detached:
         summary["detached"] = True
     if json_output:
@@ -361,24 +401,24 @@ def _load(task: Path, backend: str):  # type: ignore[no-untyped-def]
 
 
 def archive_map(progress: run_pb2.RunProgress) -> Table:
-    """The 4x4x4 archive as one table: memory rows x algorithm columns, one line per parallelism level,
-    in the words of the run's backend."""
+    """The archive as one table: the first axis's levels as rows (memory), the second's as columns
+    (algorithm), one line per filled cell naming its remaining levels (parallelism), in the words of
+    the run's backend."""
     hardware = progress.config.hardware or progress.best.hardware
-    memory_levels = level_words(hardware, "memory")
-    algorithm_levels = level_words(hardware, "algorithm")
-    parallelism_levels = level_words(hardware, "parallelism")
+    words = {axis: level_words(hardware, axis) for axis in AXES}
+    rows, columns, *rest = AXES
     cells: dict[tuple[int, int], list[str]] = {}
     for cell in progress.archive:
-        d = cell.descriptors
-        cells.setdefault((d.memory, d.algorithm), []).append(
-            f"{parallelism_levels[d.parallelism]}: {cell.speedup:.2f}x"
-        )
-    table = Table(title=f"archive: {len(progress.archive)}/64 cells filled (elite speedup over eager)")
-    table.add_column("memory \\ algorithm")
-    for name in algorithm_levels:
+        d = descriptors_from_proto(cell.descriptors).as_dict()
+        named = " / ".join(words[axis][d[axis]] for axis in rest)
+        cells.setdefault((d[rows], d[columns]), []).append(f"{named}: {cell.speedup:.2f}x")
+    filled = f"{len(progress.archive)}/{CELL_COUNT} cells filled"
+    table = Table(title=f"archive: {filled} (elite speedup over eager)")
+    table.add_column(f"{rows} \\ {columns}")
+    for name in words[columns]:
         table.add_column(name)
-    for m, memory in enumerate(memory_levels):
-        table.add_row(memory, *("\n".join(cells.get((m, a), ["·"])) for a in range(len(algorithm_levels))))
+    for r, row_name in enumerate(words[rows]):
+        table.add_row(row_name, *("\n".join(cells.get((r, c), ["·"])) for c in range(len(words[columns]))))
     return table
 
 
@@ -430,11 +470,14 @@ def print_summary(out: Console, summary: dict[str, Any], final: run_pb2.RunProgr
         out.print(archive_map(final))
     if len(final.tuned) > 1:  # one shape: the best kernel below says it all
         out.print(tuned_table(final))
+    spent = usage_line(summary)
     if not summary["best_candidate_id"]:
         out.print(
             f"run {summary['run_id']} {summary['status']}: no correct kernel found ({summary['message']})",
             markup=False,
         )
+        if spent:
+            out.print(spent, markup=False, highlight=False)
         return
     lines = [f"best kernel: {summary['best_kernel_path']} (candidate {summary['best_candidate_id']})"]
     lines += speedup_lines(summary)
@@ -443,4 +486,6 @@ def print_summary(out: Console, summary: dict[str, Any], final: run_pb2.RunProgr
         f"after {iterations} iteration{'' if iterations == 1 else 's'}, {summary['candidates_correct']} "
         f"correct of {summary['candidates_generated']} candidates"
     )
+    if spent:
+        lines.append(spent)
     out.print("\n".join(lines), markup=False, highlight=False)

@@ -1,10 +1,11 @@
-"""The MAP-Elites archive: one elite per behavioural cell (memory x algorithm x parallelism, 64 cells).
+"""The MAP-Elites archive: one elite per behavioural cell (one level per descriptor axis: memory x
+algorithm x parallelism, 64 cells).
 
 Each cell keeps its elite - the correct candidate with the highest speedup that landed there - and the
 history of every candidate that landed there (failed ones included, so a client can see where the search
 struggles). An incorrect or failed candidate never becomes an elite; a tie never displaces the incumbent.
 The archive is rebuilt exactly by replaying (candidate, evaluation) records in order (`Archive.replay`),
-and round-trips through `to_dict`/`from_dict`.
+and its state reads as plain data (`to_dict`) for comparison.
 
 This module must never perform I/O, read a clock or draw random numbers.
 """
@@ -17,12 +18,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from kernelfoundry.domain.descriptors import AXES, LEVELS, Descriptors
+from kernelfoundry.domain.descriptors import AXES, LEVELS, Cell, Descriptors
 from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo
 from kernelfoundry.domain.kernel import TunableValue
 
-Cell = tuple[int, int, int]
-ALL_CELLS: tuple[Cell, ...] = tuple(itertools.product(range(LEVELS), repeat=len(AXES)))  # type: ignore[arg-type]
+ALL_CELLS: tuple[Cell, ...] = tuple(itertools.product(range(LEVELS), repeat=len(AXES)))
 
 
 class Placement(StrEnum):
@@ -57,18 +57,6 @@ class Elite:
             "shape": self.shape,
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Elite:
-        return cls(
-            candidate_id=data["candidate_id"],
-            cell=_cell(data["cell"]),
-            speedup=float(data["speedup"]),
-            generation=int(data.get("generation", 0)),
-            parent_id=data.get("parent_id"),
-            params=dict(data.get("params", {})),
-            shape=data.get("shape", "default"),
-        )
-
 
 @dataclass(frozen=True)
 class CellVisit:
@@ -81,8 +69,7 @@ class CellVisit:
 
 
 def _cell(value: Iterable[int]) -> Cell:
-    m, a, p = (int(v) for v in value)
-    return Descriptors(m, a, p).cell
+    return Descriptors.from_cell(value).cell
 
 
 class Archive:
@@ -198,21 +185,6 @@ class Archive:
                 for c, visits in sorted(self._history.items())
             ],
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Archive:
-        archive = cls(history_limit=data.get("history_limit"))
-        for raw in data.get("elites", []):
-            elite = Elite.from_dict(raw)
-            archive._elites[elite.cell] = elite
-        for c, n in data.get("visits", []):
-            archive._visits[_cell(c)] = int(n)
-        for c, visits in data.get("history", []):
-            archive._history[_cell(c)] = [
-                CellVisit(cid, speedup, Placement(placement), reason)
-                for cid, speedup, placement, reason in visits
-            ]
-        return archive
 
     @classmethod
     def replay(

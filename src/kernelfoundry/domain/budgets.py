@@ -1,24 +1,36 @@
-"""Budgets and stopping: generations, wall time, evaluations, and patience (generations without a new best).
+"""Budgets and stopping: generations, wall time, evaluations, patience (generations without a new best),
+and a search that has nothing new to try (BARREN_GENERATIONS generations in a row that brought no new
+kernel, only ones already evaluated or none: asking again would spend requests, and a model's tokens,
+on nothing).
 
-Time is always passed in (`now`, seconds on any monotonic scale shared with `started_at`); the tracker
-never reads a clock. The first limit reached names the stop reason.
+`Budget` is what a task asks for (kernelfoundry.tasks.model.Task.budget holds one); `BudgetTracker`
+follows a run against it. Time is always passed in (`now`, seconds on any monotonic scale shared with
+`started_at`); the tracker never reads a clock. The first limit reached names the stop reason.
 
 This module must never perform I/O or read a clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernelfoundry.tasks.model import Budget
+
+@dataclass(frozen=True)
+class Budget:
+    iterations: int = 8
+    wall_time_s: float | None = None
+    evaluations: int | None = None
+    patience: int | None = None  # stop after this many generations without improvement
+
+
+BARREN_GENERATIONS = 3
 
 
 @dataclass(frozen=True)
 class StopDecision:
     stop: bool
-    reason: str | None = None  # iterations | wall_time | evaluations | patience
+    reason: str | None = None  # iterations | wall_time | evaluations | patience | nothing_new
 
     def __bool__(self) -> bool:
         return self.stop
@@ -33,6 +45,11 @@ class BudgetTracker:
         self.best_fitness = 0.0
         self.stale_generations = 0  # generations started since the best last improved
         self._improved_since_generation = False
+        self.barren_generations = 0  # generations in a row that brought no new candidate
+
+    def generation_ended(self, new_candidates: int) -> None:
+        """The last generation's outcome: how many candidates it sent for evaluation (new ones only)."""
+        self.barren_generations = 0 if new_candidates else self.barren_generations + 1
 
     def generation_started(self) -> None:
         if self.generations > 0:
@@ -52,6 +69,13 @@ class BudgetTracker:
             return True
         return False
 
+    def evaluations_left(self, in_flight: int = 0) -> int | None:
+        """How many more candidates may be sent for evaluation with `in_flight` already out; None
+        without an evaluation budget. The budget is a hard cap, not a check between generations."""
+        if self.budget.evaluations is None:
+            return None
+        return max(0, self.budget.evaluations - self.evaluations - in_flight)
+
     def check(self, now: float) -> StopDecision:
         b = self.budget
         if b.iterations is not None and self.generations >= b.iterations:
@@ -62,6 +86,8 @@ class BudgetTracker:
             return StopDecision(True, "evaluations")
         if b.patience is not None and self.stale_generations >= b.patience:
             return StopDecision(True, "patience")
+        if self.barren_generations >= BARREN_GENERATIONS:
+            return StopDecision(True, "nothing_new")
         return StopDecision(False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,15 +97,6 @@ class BudgetTracker:
             "evaluations": self.evaluations,
             "best_fitness": self.best_fitness,
             "stale_generations": self.stale_generations,
+            "barren_generations": self.barren_generations,
             "improved_since_generation": self._improved_since_generation,
         }
-
-    @classmethod
-    def from_dict(cls, budget: Budget, data: Mapping[str, Any]) -> BudgetTracker:
-        tracker = cls(budget, float(data["started_at"]))
-        tracker.generations = int(data["generations"])
-        tracker.evaluations = int(data["evaluations"])
-        tracker.best_fitness = float(data["best_fitness"])
-        tracker.stale_generations = int(data["stale_generations"])
-        tracker._improved_since_generation = bool(data["improved_since_generation"])
-        return tracker

@@ -1,11 +1,19 @@
-"""Behavioural descriptors: the three axes of the MAP-Elites archive, four levels each.
+"""Behavioural descriptors: the axes of the MAP-Elites archive, four levels each, and their classifier.
 
 memory      0 scalar/strided/uncoalesced, 1 coalesced or vectorized, 2 shared/local-memory tiling,
             3 multi-level hierarchy
 algorithm   0 direct translation, 1 fused operations, 2 reformulated algorithm, 3 asymptotically better
 parallelism 0 no sync, 1 block barriers, 2 warp/sub-group primitives, 3 global coordination (atomics)
 
-`classify(source, reference_op_count)` assigns the three levels by a static analysis of the kernel source
+The axes are data (`DESCRIPTOR_AXES`): each `Axis` names itself (the `Descriptors` field and the
+protobuf field of kernelfoundry.v1.Descriptors), says what each level means (the phrase hints and
+intents use), gives the short words tables show per backend, and names the mutation operators that
+move a kernel along it. Everything else (archive cells, transitions, operators, the protobuf codec,
+the lineage codec, the store, the CLI) iterates these. Adding an axis: an `Axis` entry and a
+`Descriptors` field here, a field in protos/kernelfoundry/v1/kernel.proto, and rules in `_RULES` below
+(the classifier); see docs/architecture.md.
+
+`classify(source, reference_op_count)` assigns the levels by a static analysis of the kernel source
 (CUDA and C++/OpenMP): each axis takes the highest level for which the code shows evidence, and every
 piece of evidence is reported as a short string. Comments and string literals are stripped first, so a
 comment naming `__shared__` proves nothing. The generator's self-report is recorded beside the result;
@@ -17,16 +25,94 @@ This module must never perform I/O or compile anything.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 
 from kernelfoundry.domain.kernel import KernelSource
 
 LEVELS = 4
-AXES = ("memory", "algorithm", "parallelism")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One behavioural axis of the archive."""
+
+    name: str  # the Descriptors field and the protobuf field
+    levels: tuple[str, ...]  # what each level means, as a phrase ("move the memory strategy to ...")
+    words: Mapping[
+        str, tuple[str, ...]
+    ]  # short words per level for tables, by backend ("cuda" is the default)
+    operators: tuple[str, ...]  # the mutation operators that move a kernel along this axis
+
+    def __post_init__(self) -> None:
+        for what in (self.levels, *self.words.values()):
+            if len(what) != LEVELS:
+                raise ValueError(f"axis {self.name}: {len(what)} level names for {LEVELS} levels")
+        if "cuda" not in self.words:
+            raise ValueError(f"axis {self.name}: no default (cuda) words")
+
+
+DESCRIPTOR_AXES: tuple[Axis, ...] = (
+    Axis(
+        "memory",
+        levels=(
+            "scalar/strided access",
+            "coalesced or vectorized access",
+            "shared/local-memory tiling",
+            "a multi-level memory hierarchy",
+        ),
+        words={
+            "cuda": ("scalar", "coalesced", "shared-memory tiles", "multi-level"),
+            "cpu": ("scalar", "SIMD / contiguous", "cache blocking", "multi-level blocking"),
+        },
+        operators=("vectorize", "tiling"),
+    ),
+    Axis(
+        "algorithm",
+        levels=(
+            "a direct translation",
+            "fused operations",
+            "a reformulated algorithm",
+            "an asymptotically better algorithm",
+        ),
+        words={
+            "cuda": ("direct", "fused", "reformulated", "asymptotic"),
+            "cpu": ("direct", "fused", "reformulated", "asymptotic"),
+        },
+        operators=("fusion", "reduction"),
+    ),
+    Axis(
+        "parallelism",
+        levels=(
+            "no synchronisation",
+            "block barriers",
+            "warp/sub-group primitives",
+            "global coordination (atomics)",
+        ),
+        words={
+            "cuda": ("no sync", "block barriers", "warp primitives", "atomics"),
+            "cpu": ("independent threads", "thread barriers", "reduction clauses", "atomics / critical"),
+        },
+        operators=("parallel", "reduction"),
+    ),
+)
+AXES: tuple[str, ...] = tuple(axis.name for axis in DESCRIPTOR_AXES)
+CELL_COUNT = LEVELS ** len(AXES)
+
+Cell = tuple[int, ...]  # one level per axis, in the order of AXES
+
+
+def axis_named(name: str) -> Axis:
+    for axis in DESCRIPTOR_AXES:
+        if axis.name == name:
+            return axis
+    raise KeyError(f"no descriptor axis `{name}` (axes: {', '.join(AXES)})")
 
 
 @dataclass(frozen=True, order=True)
 class Descriptors:
+    """One level per axis; the fields are the names in DESCRIPTOR_AXES, in the same order."""
+
     memory: int = 0
     algorithm: int = 0
     parallelism: int = 0
@@ -38,8 +124,39 @@ class Descriptors:
                 raise ValueError(f"descriptor {axis}={level} outside 0..{LEVELS - 1}")
 
     @property
-    def cell(self) -> tuple[int, int, int]:
-        return (self.memory, self.algorithm, self.parallelism)
+    def cell(self) -> Cell:
+        return tuple(getattr(self, axis) for axis in AXES)
+
+    def as_dict(self) -> dict[str, int]:
+        return {axis: getattr(self, axis) for axis in AXES}
+
+    @classmethod
+    def from_cell(cls, cell: Iterable[int]) -> Descriptors:
+        """From one level per axis, in the order of AXES; ValueError for a wrong count or level."""
+        levels = tuple(int(v) for v in cell)
+        if len(levels) != len(AXES):
+            raise ValueError(f"a cell has {len(AXES)} levels ({', '.join(AXES)}), got {len(levels)}")
+        return cls(*levels)
+
+    @classmethod
+    def from_levels(cls, levels: Mapping[str, int] | object, *, missing: int | None = None) -> Descriptors:
+        """From anything with one level per axis name: a mapping (its keys) or an object (its attributes,
+        e.g. a kernelfoundry.v1.Descriptors message). An absent axis is `missing`, or a KeyError."""
+        values: dict[str, int] = {}
+        for axis in AXES:
+            value = (
+                levels.get(axis, missing) if isinstance(levels, Mapping) else getattr(levels, axis, missing)
+            )
+            if value is None:
+                raise KeyError(f"descriptor level `{axis}` missing")
+            values[axis] = int(value)
+        return cls(**values)
+
+
+if tuple(f.name for f in fields(Descriptors)) != AXES:  # the one place both are spelled out
+    raise RuntimeError(
+        f"Descriptors fields {[f.name for f in fields(Descriptors)]} differ from the axes {AXES}"
+    )
 
 
 @dataclass(frozen=True)
@@ -249,7 +366,7 @@ def classify(
             f" for {reference_op_count} reference ops"
         )
         levels["algorithm"] = max(levels["algorithm"], 1)
-    descriptors = Descriptors(levels["memory"], levels["algorithm"], levels["parallelism"])
+    descriptors = Descriptors(**levels)
     disagreements: tuple[str, ...] = ()
     if reported is not None:
         disagreements = tuple(

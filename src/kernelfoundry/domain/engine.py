@@ -7,9 +7,10 @@ and executed, and feeds each result back through `record_evaluation(candidate, e
 `stop(now)` says when a budget is spent; `summary()` exposes the archive map, outcome counts and prompt
 variants. Recording is idempotent per candidate id (deliveries are at-least-once).
 
-Resume: the state is rebuilt by `EvolutionEngine.replay(events)` from the recorded `GenerationStarted`
-events and (candidate, evaluation) pairs in order - planning draws random numbers, recording never does,
-so replay needs no random state - or restored from `to_dict()`.
+Resume has one path: `EvolutionEngine.replay(events)` rebuilds the state from the recorded
+`GenerationStarted` events and (candidate, evaluation) pairs in order - planning draws random numbers,
+recording never does, so replay needs no random state. The evolver's resume
+(kernelfoundry.services.evolver.resume) rebuilds these events from the lineage and calls it.
 
 This module must never perform I/O or read a clock; randomness comes only from a passed random.Random.
 """
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kernelfoundry.domain.archive import Archive, Cell, Elite
-from kernelfoundry.domain.budgets import BudgetTracker, StopDecision
+from kernelfoundry.domain.budgets import Budget, BudgetTracker, StopDecision
+from kernelfoundry.domain.descriptors import AXES
 from kernelfoundry.domain.evaluation import REPAIR_OPERATOR, SEED_OPERATOR, CandidateInfo, EvaluationInfo
 from kernelfoundry.domain.islands import IslandModel
 from kernelfoundry.domain.metaprompt import Feedback, MetaPrompter, Rewriter
@@ -38,7 +40,6 @@ from kernelfoundry.domain.outcomes import (
 from kernelfoundry.domain.repair import RepairPolicy, RepairRequest
 from kernelfoundry.domain.selection import GuidedSelector, ParentSelector, UniformSelector
 from kernelfoundry.domain.transitions import LEVEL_NAMES, STAY, Direction, TransitionStats, step
-from kernelfoundry.tasks.model import Budget
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _intent(cell: Cell, direction: Direction) -> str:
         return "keep the current strategy and re-tune it"
     axis, _ = direction
     target = step(cell, direction)
-    level = target[("memory", "algorithm", "parallelism").index(axis)]
+    level = target[AXES.index(axis)]
     return f"move the {axis} strategy to {LEVEL_NAMES[axis][level]}"
 
 
@@ -188,12 +189,20 @@ class EvolutionEngine:
         self.meta.on_generation(self.generation)
         return GenerationStarted(self.generation, now)
 
-    def plan_generation(self, now: float, rng: random.Random) -> list[GenerationPlan]:
-        """Start a generation and return its batch of requests (empty once a budget is spent)."""
+    def plan_generation(self, now: float, rng: random.Random, in_flight: int = 0) -> list[GenerationPlan]:
+        """Start a generation and return its batch of requests: empty once a budget is spent, or when
+        the evaluations already in flight take what is left of the evaluation budget (no generation
+        starts then), and never more requests than the evaluations left."""
         if self.stop(now):
             return []
+        slots = self.config.batch_size
+        left = self.budget.evaluations_left(in_flight)
+        if left is not None:
+            slots = min(slots, left)
+        if slots == 0:
+            return []
         self.start_generation(now)
-        plans = self._plan(rng)
+        plans = self._plan(rng, slots)
         self.last_started = GenerationStarted(
             self.generation,
             now,
@@ -211,10 +220,10 @@ class EvolutionEngine:
             self.islands.next_island()
         self.last_started = event
 
-    def _plan(self, rng: random.Random) -> list[GenerationPlan]:
+    def _plan(self, rng: random.Random, slots: int) -> list[GenerationPlan]:
         plans: list[GenerationPlan] = []
         repair_slots = max(1, int(self.config.batch_size * self.config.repair_share))
-        for _ in range(self.config.batch_size):
+        for _ in range(slots):
             variant = self.meta.select(rng)
             if self._repairs and repair_slots > 0:
                 repair_slots -= 1
@@ -281,6 +290,10 @@ class EvolutionEngine:
         return None
 
     # -- results -------------------------------------------------------------------------------
+    def outcome(self, candidate_id: str) -> Outcome | None:
+        """What the recorded evaluation of `candidate_id` was classified as; None before it is recorded."""
+        return self._recorded.get(candidate_id)
+
     def record_evaluation(self, candidate: CandidateInfo, evaluation: EvaluationInfo) -> Outcome:
         """Place an evaluated child and update every statistic; idempotent per candidate id."""
         if evaluation.candidate_id != candidate.candidate_id:
@@ -364,6 +377,8 @@ class EvolutionEngine:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The whole state as plain data, to compare engines (a replayed one with the live one) and to
+        inspect; never read back: an engine is rebuilt only by `replay`."""
         return {
             "config": self.config.to_dict(),
             "generation": self.generation,
@@ -384,30 +399,6 @@ class EvolutionEngine:
                 for r in [p.request]
             ],
         }
-
-    @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], budget: Budget | None = None, rewriter: Rewriter | None = None
-    ) -> EvolutionEngine:
-        config = EngineConfig(**data["config"])
-        engine = cls(config, budget, float(data["budget"]["started_at"]), rewriter)
-        engine.generation = int(data["generation"])
-        engine.dead_ends = int(data["dead_ends"])
-        engine.islands = IslandModel.from_dict(data["islands"])
-        engine.transitions = TransitionStats.from_dict(data["transitions"])
-        engine.meta = MetaPrompter.from_dict(data["meta"], rewriter)
-        engine.budget = BudgetTracker.from_dict(engine.budget_spec, data["budget"])
-        engine.outcomes = OutcomeCounts.from_dict(data["outcomes"])
-        engine._known = {k: _Known((c[0], c[1], c[2]), f, i, d) for k, c, f, i, d in data["known"]}
-        engine._recorded = {
-            k: Outcome(OutcomeKind(kind), f, pf, reason, gb)
-            for k, kind, f, pf, reason, gb in data["recorded"]
-        }
-        engine._repairs = deque(
-            _PendingRepair(island, RepairRequest(cid, pid, attempt, reason, text), vid)
-            for island, vid, cid, pid, attempt, reason, text in data["repairs"]
-        )
-        return engine
 
     @classmethod
     def replay(

@@ -52,23 +52,6 @@ class CandidateInfo:
             "shape": self.shape,
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CandidateInfo:
-        reported = data.get("reported")
-        return cls(
-            candidate_id=data["candidate_id"],
-            parent_id=data.get("parent_id"),
-            descriptors=Descriptors(*data["descriptors"]),
-            generation=int(data.get("generation", 0)),
-            island=int(data.get("island", 0)),
-            operator=data.get("operator", SEED_OPERATOR),
-            prompt_variant_id=data.get("prompt_variant_id"),
-            reported=Descriptors(*reported) if reported is not None else None,
-            repair_of=data.get("repair_of"),
-            params=dict(data.get("params", {})),
-            shape=data.get("shape", "default"),
-        )
-
 
 @dataclass(frozen=True)
 class Mismatch:
@@ -143,25 +126,3 @@ class EvaluationInfo:
             "message": self.message,
             "mismatch": mismatch,
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EvaluationInfo:
-        m = data.get("mismatch")
-        mismatch = None
-        if m is not None:
-            mismatch = Mismatch(
-                abs_error=float(m["abs_error"]),
-                index=tuple(m.get("index", ())),
-                expected=m.get("expected"),
-                actual=m.get("actual"),
-                output=int(m.get("output", 0)),
-            )
-        return cls(
-            candidate_id=data["candidate_id"],
-            correct=bool(data["correct"]),
-            speedup=data.get("speedup"),
-            runtime_s=data.get("runtime_s"),
-            failure_reason=data.get("failure_reason"),
-            message=data.get("message", ""),
-            mismatch=mismatch,
-        )

@@ -10,7 +10,6 @@ This module must never perform I/O or read a clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,11 +81,3 @@ class IslandModel:
             "migrations": self.migrations,
             "archives": [a.to_dict() for a in self.archives],
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> IslandModel:
-        model = cls(int(data["count"]), int(data["migration_interval"]), int(data["migrants"]))
-        model.archives = [Archive.from_dict(a) for a in data["archives"]]
-        model._cursor = int(data["cursor"])
-        model.migrations = int(data.get("migrations", 0))
-        return model

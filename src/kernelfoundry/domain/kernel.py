@@ -5,7 +5,7 @@ Pure data. Tunables are marked in the source with a comment line
     // @kf.tunable BLOCK_SIZE in [64, 128, 256, 512] default 256
 
 and the code uses the macro (guarded by `#ifndef BLOCK_SIZE`); a build passes each chosen value as
-`-DNAME=value`. See kernelfoundry.domain.sweeps for parsing and searching them.
+`-DNAME=value`. kernelfoundry.domain.tunables parses them, kernelfoundry.domain.sweeps searches them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Synthetic fitness landscapes over the 64 cells, and a simulated generator, for testing the engine.
+"""Synthetic fitness landscapes over the archive's cells, and a simulated generator, for testing the engine.
 
 A landscape gives every cell a speedup. The simulated generator answers a `GenerationPlan` the way a
 real generator roughly behaves: it moves in the asked direction with probability `follow` (else a random
 legal step), fails to compile with probability `failure_rate`, and its speedup is the cell's value with
 log-normal timing noise. `simulate` drives the real `EvolutionEngine` until the landscape's best cell
 holds an elite; the benchmark (bench/landscape_bench.py) and the unit tests compare guided and uniform
-selection with it. Nothing here is used in a real run.
+selection with it. Nothing here is used in a real run. Cells named below list the memory, algorithm and
+parallelism levels; an axis added after them is at level 0 in each (`cell_of`).
 
 This module must never perform I/O or read a clock; randomness comes only from a passed random.Random.
 """
@@ -18,11 +19,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernelfoundry.domain.archive import ALL_CELLS, Cell
-from kernelfoundry.domain.descriptors import Descriptors
+from kernelfoundry.domain.budgets import Budget
+from kernelfoundry.domain.descriptors import AXES, Descriptors
 from kernelfoundry.domain.engine import EngineConfig, EvolutionEngine, GenerationPlan
 from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo
 from kernelfoundry.domain.transitions import legal_directions, step
-from kernelfoundry.tasks.model import Budget
+
+
+def cell_of(*levels: int) -> Cell:
+    """A cell from its first levels, the remaining axes at level 0."""
+    return (*levels, *(0,) * (len(AXES) - len(levels)))
+
+
+ORIGIN = cell_of()
+RIDGE_PEAK = cell_of(3, 2, 3)
+DECEPTIVE_PEAK = cell_of(3, 3, 3)
+DECEPTIVE_TRAP = cell_of(2, 0, 0)
+RUGGED_PEAK = cell_of(3, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -42,14 +55,14 @@ class Landscape:
         return cls(name, {c: f(c) for c in ALL_CELLS})
 
     @classmethod
-    def ridge(cls, peak: Cell = (3, 2, 3), top: float = 4.0, decay: float = 0.7) -> Landscape:
+    def ridge(cls, peak: Cell = RIDGE_PEAK, top: float = 4.0, decay: float = 0.7) -> Landscape:
         """One smooth peak: every step towards it pays."""
         return cls.from_function(
             "ridge", lambda c: top * decay ** sum(abs(a - b) for a, b in zip(c, peak, strict=True))
         )
 
     @classmethod
-    def deceptive(cls, peak: Cell = (3, 3, 3), trap: Cell = (2, 0, 0)) -> Landscape:
+    def deceptive(cls, peak: Cell = DECEPTIVE_PEAK, trap: Cell = DECEPTIVE_TRAP) -> Landscape:
         """A local optimum near the start and a higher, narrow global one far away."""
 
         def f(c: Cell) -> float:
@@ -60,7 +73,7 @@ class Landscape:
         return cls.from_function("deceptive", f)
 
     @classmethod
-    def rugged(cls, seed: int = 7, peak: Cell = (3, 1, 2)) -> Landscape:
+    def rugged(cls, seed: int = 7, peak: Cell = RUGGED_PEAK) -> Landscape:
         """A trend towards a peak with seeded random bumps on every cell."""
         rng = random.Random(seed)
         bumps = {c: math.exp(rng.gauss(0, 0.25)) for c in ALL_CELLS}
@@ -76,7 +89,7 @@ class SimulatedGenerator:
     failure_rate: float = 0.15
     repair_success: float = 0.5
     noise: float = 0.05
-    seed_cell: Cell = (0, 0, 0)
+    seed_cell: Cell = ORIGIN
 
     def respond(
         self,

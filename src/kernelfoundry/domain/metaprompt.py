@@ -80,18 +80,6 @@ class PromptVariant:
             "improvement_total": self.improvement_total,
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PromptVariant:
-        return cls(
-            variant_id=data["variant_id"],
-            sections=dict(data["sections"]),
-            proposal_weights={k: float(v) for k, v in data["proposal_weights"].items()},
-            parent_id=data.get("parent_id"),
-            born_generation=int(data.get("born_generation", 0)),
-            children=int(data.get("children", 0)),
-            improvement_total=float(data.get("improvement_total", 0.0)),
-        )
-
 
 class Rewriter(Protocol):
     """Writes a new variant's sections and proposal weights from a parent variant and recent feedback."""
@@ -263,15 +251,3 @@ class MetaPrompter:
                 [f.generation, f.operator, f.label, f.improvement, f.message] for f in self.feedback
             ],
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], rewriter: Rewriter | None = None) -> MetaPrompter:
-        mp = cls(data["every"], data["population"], data["min_children"], data["window"], rewriter)
-        mp.variants = {}
-        for raw in data["variants"]:
-            mp.add(PromptVariant.from_dict(raw))
-        mp._next_id = int(data["next_id"])
-        mp.retired = list(data.get("retired", []))
-        for g, op, label, imp, msg in data.get("feedback", []):
-            mp.feedback.append(Feedback(int(g), op, label, float(imp), msg))
-        return mp

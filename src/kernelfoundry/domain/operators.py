@@ -11,15 +11,14 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
+from kernelfoundry.domain.descriptors import DESCRIPTOR_AXES
 from kernelfoundry.domain.transitions import STAY, Direction
 
 OPERATORS: tuple[str, ...] = ("fusion", "reduction", "tiling", "vectorize", "parallel", "retune")
 
 # Which operators can move a kernel along each axis; STAY (same strategy) means re-tuning.
 AXIS_OPERATORS: dict[str, tuple[str, ...]] = {
-    "memory": ("vectorize", "tiling"),
-    "algorithm": ("fusion", "reduction"),
-    "parallelism": ("parallel", "reduction"),
+    **{axis.name: axis.operators for axis in DESCRIPTOR_AXES},
     "stay": ("retune",),
 }
 

@@ -29,6 +29,10 @@ class OutcomeKind(StrEnum):
     FAILED = "failed"
 
 
+# The outcomes that credit a generator with progress (an ensemble weighs its members by them).
+IMPROVING = frozenset({OutcomeKind.IMPROVEMENT, OutcomeKind.NEW_CELL, OutcomeKind.ELITE_REPLACED})
+
+
 @dataclass(frozen=True)
 class Outcome:
     kind: OutcomeKind
@@ -98,10 +102,6 @@ class OutcomeCounts:
 
     def to_dict(self) -> dict[str, int]:
         return dict(sorted(self._counts.items()))
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, int]) -> OutcomeCounts:
-        return cls({k: int(v) for k, v in data.items()})
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, OutcomeCounts) and self.to_dict() == other.to_dict()

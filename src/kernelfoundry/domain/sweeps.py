@@ -1,12 +1,14 @@
-"""Template parameter optimisation: parse a kernel's tunables and search their values.
+"""Template parameter optimisation: search the values of a kernel's tunables.
 
 Tunables are declared in the source with a comment line
 
     // @kf.tunable BLOCK_SIZE in [64, 128, 256, 512] default 256
 
-`parse_tunables` reads them. A sweep hands out MANY settings at once (`next_batch(n)`, a batch to
-evaluate in parallel), takes results back (`report(params, runtime_or_failure)`) and knows the best so far
-(`best()`). Small domains are swept exhaustively (`GridSweep`); large ones by a guided
+and read by `kernelfoundry.domain.tunables.parse_tunables` (the one parser; the name is re-exported
+here for callers that import it with the sweeps). A sweep hands out MANY settings at once
+(`next_batch(n)`, a batch to evaluate in parallel), takes results back
+(`report(params, runtime_or_failure)`) and knows the best so far (`best()`). Small domains are swept
+exhaustively (`GridSweep`); large ones by a guided
 `CoordinateSweep`: from the best point so far, every value of every coordinate is tried in one batch
 (a parallel line search), plus the point combining each coordinate's best value; it stops when a round
 brings no improvement. `SweepBook` keeps the best setting per (task, shape, device).
@@ -18,26 +20,19 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kernelfoundry.domain.kernel import Tunable, TunableValue
+from kernelfoundry.domain.tunables import parse_tunables as parse_tunables
 
 Params = dict[str, TunableValue]
 DEFAULT_GRID_LIMIT = 16  # larger domains get the coordinate sweep: a grid spends an evaluation per point
 
-_TUNABLE = re.compile(
-    r"//\s*@kf\.tunable\s+(?P<name>[A-Za-z_]\w*)\s+in\s+\[(?P<values>[^\]]*)\]"
-    r"(?:\s+default\s+(?P<default>\S+))?[ \t]*$",
-    re.MULTILINE,
-)
-_MARKER = re.compile(r"//\s*@kf\.tunable\b")
-
 
 class SweepError(ValueError):
-    """A tunable declaration or sweep request that cannot be used; `reason` is a short code."""
+    """A sweep request that cannot be used; `reason` is a short code."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -46,40 +41,6 @@ class SweepError(ValueError):
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
-
-
-def _value(text: str) -> TunableValue:
-    text = text.strip().strip("\"'")
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
-def parse_tunables(code: str) -> tuple[Tunable, ...]:
-    """Every `// @kf.tunable NAME in [a, b, c] default b` line of `code`, in order of appearance."""
-    tunables: list[Tunable] = []
-    seen: set[str] = set()
-    for line in code.splitlines():
-        if not _MARKER.search(line):
-            continue
-        m = _TUNABLE.search(line)
-        if m is None:
-            raise SweepError("invalid_tunable", f"cannot parse tunable declaration: {line.strip()!r}")
-        name = m["name"]
-        values = tuple(_value(v) for v in m["values"].split(",") if v.strip())
-        if not values:
-            raise SweepError("invalid_tunable", f"tunable {name} declares no values")
-        if len(set(values)) != len(values):
-            raise SweepError("invalid_tunable", f"tunable {name} repeats a value: {list(values)}")
-        default = _value(m["default"]) if m["default"] is not None else values[0]
-        if default not in values:
-            raise SweepError("invalid_tunable", f"tunable {name} default {default!r} not in {list(values)}")
-        if name in seen:
-            raise SweepError("invalid_tunable", f"tunable {name} declared twice")
-        seen.add(name)
-        tunables.append(Tunable(name, values, default))
-    return tuple(tunables)
 
 
 @dataclass(frozen=True)
@@ -302,13 +263,6 @@ class SweepBook:
             ]
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SweepBook:
-        book = cls()
-        for k, cid, p, r in data.get("best", []):
-            book._best[(k[0], k[1], k[2])] = BestSetting(cid, dict(p), float(r))
-        return book
-
 
 @dataclass(frozen=True)
 class SweepJob:
@@ -406,3 +360,52 @@ class SweepCampaign:
 
     def best(self, shape: str, device: str) -> BestSetting | None:
         return self.book.best(self.task, shape, device)
+
+
+# -- the evolver's sweep policy: which kernels are swept, how many points a generation, what a result is --
+# Evaluations aggregate every shape of the task; the evolver's sweeps tune for that aggregate.
+ALL_SHAPES = "all"
+# Placements after which an elite's tunables are worth sweeping.
+SWEEP_TRIGGERS = ("new_cell", "elite_replaced", "improvement")
+# Sweep only kernels within this fraction of the run's best: a setting rarely moves a kernel further, and
+# every sweep point is an evaluation the search could have spent elsewhere.
+SWEEP_NEAR_BEST = 0.75
+FAILURE_MESSAGE_LIMIT = 200  # characters of an evaluation's message kept with a failed sweep point
+
+
+def worth_sweeping(outcome_label: str, tunables: Sequence[Tunable], enabled: bool) -> bool:
+    """Whether a freshly placed kernel's tunables are swept: sweeps on, tunables declared, and its
+    placement a new cell, a replaced elite or an improvement."""
+    return enabled and bool(tunables) and outcome_label in SWEEP_TRIGGERS
+
+
+def sweep_points_per_generation(population: int) -> int:
+    """As many sweep points as generation requests, so both searches advance."""
+    return max(1, population)
+
+
+def stale_sweep(candidate_id: str, elites: Mapping[str, float], best_speedup: float) -> SweepFailure | None:
+    """Why a sweep point is answered at once without an evaluation (its kernel is no longer an elite, or
+    fell behind the run's best), or None when it is worth evaluating. `elites`: id -> speedup."""
+    if candidate_id not in elites:
+        return SweepFailure("superseded", "the swept kernel is no longer elite")
+    if elites[candidate_id] < SWEEP_NEAR_BEST * best_speedup:
+        return SweepFailure("superseded", "the swept kernel fell behind the best")
+    return None
+
+
+def point_result(
+    failed: bool, runtime_s: float | None, reason: str | None, message: str
+) -> float | SweepFailure:
+    """A sweep point's result: its runtime when its evaluation succeeded and was timed, else a failure."""
+    if not failed and runtime_s:
+        return runtime_s
+    return SweepFailure(reason or "failed", message[:FAILURE_MESSAGE_LIMIT])
+
+
+def known_point_result(correct: bool, runtime_ms: float) -> float | SweepFailure:
+    """A sweep point whose setting the run already has: that candidate's runtime when it was evaluated
+    correct and timed, else a duplicate (failed, or not evaluated yet)."""
+    if correct and runtime_ms > 0:
+        return runtime_ms / 1000.0
+    return SweepFailure("duplicate", "this setting was already tried")

@@ -13,37 +13,16 @@ This module must never perform I/O or read a clock; randomness comes only from a
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernelfoundry.domain.descriptors import AXES, LEVELS
+from kernelfoundry.domain.descriptors import AXES, DESCRIPTOR_AXES, LEVELS, Cell
 
-Cell = tuple[int, int, int]
 Direction = tuple[str, int]  # (axis, +1 | -1), or STAY
 STAY: Direction = ("stay", 0)
 DEFAULT_IMPROVEMENT_THRESHOLD = 0.02
 
-LEVEL_NAMES: dict[str, tuple[str, ...]] = {
-    "memory": (
-        "scalar/strided access",
-        "coalesced or vectorized access",
-        "shared/local-memory tiling",
-        "a multi-level memory hierarchy",
-    ),
-    "algorithm": (
-        "a direct translation",
-        "fused operations",
-        "a reformulated algorithm",
-        "an asymptotically better algorithm",
-    ),
-    "parallelism": (
-        "no synchronisation",
-        "block barriers",
-        "warp/sub-group primitives",
-        "global coordination (atomics)",
-    ),
-}
+LEVEL_NAMES: dict[str, tuple[str, ...]] = {axis.name: axis.levels for axis in DESCRIPTOR_AXES}
 
 
 def legal_directions(cell: Cell) -> list[Direction]:
@@ -65,7 +44,7 @@ def step(cell: Cell, direction: Direction) -> Cell:
     i = AXES.index(axis)
     moved = list(cell)
     moved[i] = min(LEVELS - 1, max(0, moved[i] + sign))
-    return (moved[0], moved[1], moved[2])
+    return tuple(moved)
 
 
 def directions_between(parent: Cell, child: Cell) -> list[Direction]:
@@ -202,23 +181,9 @@ class TransitionStats:
             "children": [[list(c), n] for c, n in sorted(self._children.items())],
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TransitionStats:
-        stats = cls(data["improvement_threshold"], data["prior_strength"])
-        stats.recorded = int(data.get("recorded", 0))
-        for c, d, imp, tot in data.get("by_cell", []):
-            stats._by_cell[(_tuple3(c), (d[0], int(d[1])))] = _Tally(imp, tot)
-        for d, imp, tot in data.get("by_direction", []):
-            stats._by_direction[(d[0], int(d[1]))] = _Tally(imp, tot)
-        for k, imp, tot in data.get("by_level", []):
-            stats._by_level[(k[0], int(k[1]), int(k[2]))] = _Tally(imp, tot)
-        for c, n in data.get("children", []):
-            stats._children[_tuple3(c)] = int(n)
-        return stats
 
-
-def _tuple3(value: list[int]) -> Cell:
-    return (int(value[0]), int(value[1]), int(value[2]))
+def _cell(value: list[int]) -> Cell:
+    return tuple(int(v) for v in value)
 
 
 def _informativeness(improved: int, total: int) -> float:

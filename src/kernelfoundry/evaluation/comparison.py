@@ -184,7 +184,9 @@ def is_degenerate(out: Any, ref: Any, noise_floor: float = 0.0) -> bool:
     if out.numel() < 2 or not out.dtype.is_floating_point:
         return False
     want = ref.detach().to(torch.float64)
-    finite = want[torch.isfinite(want)]
+    finite_mask = torch.isfinite(want)
+    # The usual reference is finite everywhere: no masked copy of a large output then.
+    finite = want.reshape(-1) if bool(finite_mask.all().item()) else want[finite_mask]
     if finite.numel() < 2:
         return False
     got = out.detach().to(torch.float64).nan_to_num(0.0)
@@ -217,3 +219,19 @@ def bitwise_equal(a: Any, b: Any) -> bool:
             a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
         )
     )
+
+
+def content_digest(value: Any) -> int:
+    """A cheap fingerprint of a tensor's bytes, computed where the tensor lives (one pass on the
+    device): the judge and the runner compare their independently drawn inputs with it. Not a
+    security boundary (the trials compare outputs with the judge's own reference); it tells an honest
+    difference of draws from a match before any call is made."""
+    import torch
+
+    raw = value.detach().contiguous().reshape(-1).view(torch.uint8)
+    if raw.numel() == 0:
+        return 0
+    words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
+    total = int(words.sum(dtype=torch.int64).item())
+    odd = int(words[1::2].sum(dtype=torch.int64).item()) if words.numel() > 1 else 0
+    return (total * 1_000_003 + odd) % (1 << 62)

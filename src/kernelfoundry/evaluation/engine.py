@@ -19,12 +19,22 @@ import math
 import os
 import secrets
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelfoundry.evaluation import comparison, observation, reasons, verification
+from kernelfoundry.evaluation import (
+    baseline_cache,
+    comparison,
+    compiled_baselines,
+    observation,
+    reasons,
+    roofline,
+    screening,
+    verification,
+)
 from kernelfoundry.evaluation.backends import Backend, backend_for_device
 from kernelfoundry.evaluation.correctness import TrialHistory, check_trial
 from kernelfoundry.evaluation.glue_checks import check_glue
@@ -35,7 +45,7 @@ from kernelfoundry.evaluation.settings import EvaluationRequest
 from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec, dtype_name, layout
 from kernelfoundry.stack.quiet_host import QuietHost
 from kernelfoundry.tasks.model import ShapeVariant, TaskError, Tolerance
-from kernelfoundry.tasks.reference import instantiate
+from kernelfoundry.tasks.reference import draw_inputs, instantiate
 
 NULL_CALLS = 10
 SEED_RANGE = 1 << 31
@@ -74,16 +84,22 @@ def _json_scalar(value: Any, what: str) -> Any:
 
 @dataclass
 class InputSet:
-    """One input set: judge-owned memory the runner sees, and the values the judge computes on."""
+    """One input set: the values the judge computes on, and how the runner gets the same.
 
-    arena: Arena
+    Shared or staged memory (`arena`): judge-owned memory the runner maps (CPU) or copies to its
+    device (staged). Drawn (`arena` None, staged devices whose get_inputs() draws reproducibly): the
+    runner draws the set itself on its device from the judge's seed, and the judge draws its own copy
+    only when it needs the values (a checked call): nothing crosses the host."""
+
+    arena: Arena | None
     specs: list[TensorSpec]  # where the set's tensors lie in the arena, in input order
-    host: list[Any]  # tensors viewing the arena; Python scalars as get_inputs() gave them
+    host: list[Any] | None  # tensors viewing the arena; Python scalars as get_inputs() gave them
     values: list[Any]  # what reference and eager use: the host views (CPU) or device tensors (GPU)
     seed: int
     reference: list[Any] | None = None  # cached for the current values
     previous_reference: list[Any] | None = None  # the answer for the values before the last refresh
     refreshed_since_check: bool = False
+    pending_seed: int | None = None  # drawn sets: the runner's values are this seed's, not yet ours
 
 
 @dataclass
@@ -95,17 +111,27 @@ class ShapeState:
     model: Any
     reference_model: Any
     history: TrialHistory
+    module: Any  # the task's reference module (get_inputs() draws the timed calls' fresh values)
     sets: list[InputSet] = field(default_factory=list)
     trial_sets: int = 0
     expected: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # outputs: dtype, shape
     outputs: list[Any] = field(default_factory=list)  # judge views of the output arena
     arenas: list[Arena] = field(default_factory=list)
+    drawn: bool = False  # the runner draws the input sets from seeds (InputSet)
+    traffic: roofline.Traffic | None = None  # bytes and FLOPs of one forward (roofline.py)
 
 
 class Evaluation:
     """One request, judged step by step; the candidate runs in `runner`."""
 
-    def __init__(self, request: EvaluationRequest, runner_factory: Callable[[], RunnerProcess]) -> None:
+    def __init__(
+        self,
+        request: EvaluationRequest,
+        runner_factory: Callable[[], RunnerProcess],
+        before_timing: Callable[[], None] | None = None,
+    ) -> None:
+        """`before_timing`: called once the trials have passed, before anything is timed (the judge's
+        runner pool waits there for the next candidate's runner to finish starting)."""
         import torch
 
         self.torch = torch
@@ -116,9 +142,11 @@ class Evaluation:
         self.staged = self.backend.memory == "staged"
         self.device = self.backend.judge_device(request.device, self.settings.flush_cache)
         self.runner_factory = runner_factory
+        self.before_timing = before_timing
         self.runner: RunnerProcess | None = None
         self.states: list[ShapeState] = []
         self.arenas: list[Arena] = []  # every memfd of this evaluation, closed at the end
+        self.pinned: list[int] = []  # arena addresses page-locked for staged copies, unpinned at the end
         self.deadline = 0.0
         self.failed_trial: dict[str, Any] | None = None
         self.tolerance: Tolerance | None = None
@@ -135,7 +163,19 @@ class Evaluation:
             "kernel_launches": 0,
             "checked_timed_runs": 0,
             "refreshed_timed_runs": 0,
+            "timing_remeasured": 0,  # shapes whose timing cross-check had to measure again
+            "screen_runs": 0,
         }
+        self.screened = False
+        self.phases: dict[str, float] = {}  # seconds of this evaluation per step (report.phases_ms)
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Any:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - started
 
     # ---- setup -------------------------------------------------------------------------------------
     def _threads(self) -> int:
@@ -175,6 +215,8 @@ class Evaluation:
     def _arena(self, size: int, name: str) -> Arena:
         arena = Arena.create(size, name)
         self.arenas.append(arena)
+        if self.staged and self.device.pin(arena.address(), arena.size):
+            self.pinned.append(arena.address())
         return arena
 
     def _new_set(self, inputs: list[Any], seed: int) -> InputSet:
@@ -187,11 +229,13 @@ class Evaluation:
         for view, value in zip(host, inputs, strict=True):
             if isinstance(value, torch.Tensor):
                 view.copy_(value)
+        arena.seal()  # only the judge's own mapping writes it from now on (shared_memory.py)
         values = list(inputs) if self.staged else host
         return InputSet(arena, specs, host, values, seed)
 
     def _set_message(self, input_set: InputSet) -> list[dict[str, Any]]:
         torch = self.torch
+        assert input_set.host is not None
         items: list[dict[str, Any]] = []
         offset_specs = iter(input_set.specs)
         for value in input_set.host:
@@ -201,33 +245,71 @@ class Evaluation:
                 items.append({"scalar": _json_scalar(value, "an input")})
         return items
 
-    def _refresh(self, state: ShapeState, input_set: InputSet) -> None:
-        """Fresh values, written in place into the set the runner already knows."""
+    def _draw(self, state: ShapeState, seed: int) -> list[Any]:
+        try:
+            return draw_inputs(state.module, state.shape, seed, self.request.device)
+        except TaskError as exc:
+            raise EvaluationFailure(reasons.REFERENCE_ERROR, str(exc)) from exc
+
+    def _write_tensors(self, targets: list[Any], fresh: list[Any]) -> None:
+        """Fresh tensor contents into existing tensors (Python scalars stay as the set first had them)."""
         torch = self.torch
-        input_set.previous_reference = self._reference_for(state, input_set)
-        fresh = self._instantiate(state.shape, random_seed()).inputs
         with torch.no_grad():
-            for i, value in enumerate(fresh):
+            for target, value in zip(targets, fresh, strict=True):
                 if isinstance(value, torch.Tensor):
-                    input_set.host[i].copy_(value)
-                    if self.staged:
-                        input_set.values[i].copy_(value)
+                    target.copy_(value)
+
+    def _refresh(self, state: ShapeState, input_set: InputSet) -> int | None:
+        """Fresh values from the task's own get_inputs() (so they keep whatever structure the task
+        gives its inputs) for the set the runner already knows: written in place into its memory, or,
+        for a drawn set, a new seed the runner draws from (returned; the judge draws the same values
+        only when it needs them). The answer for the old values is kept only where it was computed
+        anyway (a checked call): computing it for every refresh would cost a reference per timed call."""
+        input_set.previous_reference = input_set.reference
         input_set.reference = None
         input_set.refreshed_since_check = True
+        seed = random_seed()
+        if state.drawn:
+            input_set.pending_seed = seed
+            return seed
+        assert input_set.host is not None
+        fresh = self._draw(state, seed)
+        self._write_tensors(input_set.host, fresh)
+        if self.staged:
+            self._write_tensors(input_set.values, fresh)
+        return None
+
+    def _values(self, state: ShapeState, input_set: InputSet) -> list[Any]:
+        """The set's current values on the judge's side (a drawn set's pending seed drawn now)."""
+        if input_set.pending_seed is not None:
+            self._write_tensors(input_set.values, self._draw(state, input_set.pending_seed))
+            input_set.pending_seed = None
+        return input_set.values
 
     def _shape_state(self, index: int, shape: ShapeVariant, seeds_per_shape: int) -> ShapeState:
         torch = self.torch
         first_seed = random_seed()
         instance = self._instantiate(shape, first_seed)
         reference_model = copy.deepcopy(instance.model).to(torch.float64)
-        state = ShapeState(index, shape, instance.model, reference_model, TrialHistory(index, shape.name))
+        state = ShapeState(
+            index, shape, instance.model, reference_model, TrialHistory(index, shape.name), instance.module
+        )
         seeds = [first_seed] + [random_seed() for _ in range(seeds_per_shape - 1)]
         state.trial_sets = len(seeds)
         timing_seeds = [random_seed() for _ in range(self.settings.input_sets)]
+        state.drawn = self.staged and self._draws_reproducibly(state, instance.inputs, first_seed)
+        if self.staged and not state.drawn:
+            self.notes.append(
+                f"{shape.name}: get_inputs() gives other values for the same seed (a draw outside "
+                "torch's generator?); the input sets were staged through the host"
+            )
         for seed in seeds + timing_seeds:
-            inputs = instance.inputs if seed == first_seed else self._instantiate(shape, seed).inputs
-            state.sets.append(self._new_set(inputs, seed))
-        eager = self._eager(state, state.sets[0].values)
+            inputs = instance.inputs if seed == first_seed else self._draw(state, seed)
+            state.sets.append(self._drawn_set(inputs, seed) if state.drawn else self._new_set(inputs, seed))
+        eager, flops = roofline.count_flops(lambda: self._eager(state, state.sets[0].values))
+        tensors = [v for v in state.sets[0].values if isinstance(v, torch.Tensor)]
+        tensors += [*instance.model.parameters(), *instance.model.buffers(), *eager]
+        state.traffic = roofline.Traffic(roofline.bytes_of(tensors), flops)
         state.expected = [(dtype_name(e.dtype), tuple(e.shape)) for e in eager]
         out_specs, out_size = layout(state.expected)
         output_arena = self._arena(out_size, "kf-outputs")
@@ -243,24 +325,94 @@ class Evaluation:
         param_arena = self._arena(param_size, "kf-params")
         for name, spec in zip(names, param_specs, strict=True):
             param_arena.tensor(spec).copy_(named[name])
-        state.arenas = [s.arena for s in state.sets] + [param_arena, output_arena]
+        param_arena.seal()
         glue = bool(self.request.kernel.glue.strip())
         direct = [n for n, _ in instance.model.named_parameters()] + [
             n for n, _ in instance.model.named_buffers()
         ]
-        self._ask(
+        binding = {
+            "shape": index,
+            "params": [{"name": n, "tensor": s.to_json()} for n, s in zip(names, param_specs, strict=True)],
+            "direct_params": direct,
+            "outputs": [s.to_json() for s in out_specs],
+            "init_inputs": _json_scalar(list(instance.init_inputs), "an init input") if glue else [],
+        }
+        if state.drawn:
+            if self._bind(state, binding, [param_arena, output_arena], draw=True):
+                self.notes.append(
+                    f"{shape.name}: input sets drawn on the device by the runner from the judge's seeds "
+                    "(get_inputs() draws reproducibly; the fingerprints of both draws agreed)"
+                )
+                return state
+            self.notes.append(
+                f"{shape.name}: the runner's draws of the input sets differed from the judge's; the sets "
+                "were staged through the host instead"
+            )
+            state.drawn = False
+            for i, input_set in enumerate(state.sets):
+                state.sets[i] = self._new_set(input_set.values, input_set.seed)
+        self._bind(state, binding, [param_arena, output_arena], draw=False)
+        return state
+
+    def _draws_reproducibly(self, state: ShapeState, first: list[Any], seed: int) -> bool:
+        """Whether get_inputs() gives the same values for the same seed (a second draw compared)."""
+        torch = self.torch
+        again = self._draw(state, seed)
+        if len(again) != len(first):
+            return False
+        for a, b in zip(first, again, strict=True):
+            if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+                return False
+            if isinstance(a, torch.Tensor) and not comparison.bitwise_equal(a, b):
+                return False
+            if not isinstance(a, torch.Tensor) and a != b:
+                return False
+        return True
+
+    def _drawn_set(self, inputs: list[Any], seed: int) -> InputSet:
+        torch = self.torch
+        values = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
+        return InputSet(None, [], None, values, seed)
+
+    def _drawn_message(self, input_set: InputSet) -> list[dict[str, Any]]:
+        torch = self.torch
+        return [
+            {"drawn": {"dtype": dtype_name(v.dtype), "shape": list(v.shape)}}
+            if isinstance(v, torch.Tensor)
+            else {"scalar": _json_scalar(v, "an input")}
+            for v in input_set.values
+        ]
+
+    def _bind(self, state: ShapeState, binding: dict[str, Any], arenas: list[Arena], draw: bool) -> bool:
+        """Send the shape's buffers; drawn sets: whether the runner's draws match the judge's."""
+        torch = self.torch
+        set_arenas = [] if draw else [s.arena for s in state.sets]
+        state.arenas = [a for a in set_arenas if a is not None] + arenas
+        extra: dict[str, Any] = {}
+        if draw:
+            extra["draw"] = {
+                "source": self.task.reference_source,
+                "overrides": dict(state.shape.overrides),
+                "shape_name": state.shape.name,
+                "seeds": [s.seed for s in state.sets],
+            }
+            sets = [self._drawn_message(s) for s in state.sets]
+        else:
+            sets = [self._set_message(s) for s in state.sets]
+        reply, _ = self._ask(
             "bind",
             "bound",
             fds=tuple(a.fd for a in state.arenas),
-            shape=index,
-            sets=[self._set_message(s) for s in state.sets],
+            sets=sets,
             sizes=[a.size for a in state.arenas],
-            params=[{"name": n, "tensor": s.to_json()} for n, s in zip(names, param_specs, strict=True)],
-            direct_params=direct,
-            outputs=[s.to_json() for s in out_specs],
-            init_inputs=_json_scalar(list(instance.init_inputs), "an init input") if glue else [],
+            **binding,
+            **extra,
         )
-        return state
+        if not draw:
+            return True
+        tensors = [[v for v in s.values if isinstance(v, torch.Tensor)] for s in state.sets]
+        expected = [[comparison.content_digest(v) for v in values] for values in tensors]
+        return list(reply.digests) == expected
 
     # ---- the judge's own computations ----------------------------------------------------------------
     def _high_precision(self, state: ShapeState, inputs: list[Any]) -> list[Any]:
@@ -301,7 +453,7 @@ class Evaluation:
 
     def _reference_for(self, state: ShapeState, input_set: InputSet) -> list[Any]:
         if input_set.reference is None:
-            input_set.reference = self._high_precision(state, input_set.values)
+            input_set.reference = self._high_precision(state, self._values(state, input_set))
         return input_set.reference
 
     # ---- calls -------------------------------------------------------------------------------------
@@ -311,10 +463,14 @@ class Evaluation:
             for out in state.outputs:
                 comparison.poison_(out)
 
-    def _call(self, state: ShapeState, set_index: int, trial: bool, refresh: bool = False) -> tuple[Any, int]:
-        """One call of the candidate on set `set_index` (outputs already poisoned)."""
+    def _call(
+        self, state: ShapeState, set_index: int, trial: bool, refresh: bool = False, seed: int | None = None
+    ) -> tuple[Any, int]:
+        """One call of the candidate on set `set_index` (outputs already poisoned); `seed`: a drawn
+        set's fresh values, drawn by the runner before the call."""
+        fields: dict[str, Any] = {"refresh_seed": seed} if seed is not None else {}
         reply, wall = self._ask(
-            "call", "called", shape=state.index, set=set_index, trial=trial, refresh=refresh
+            "call", "called", shape=state.index, set=set_index, trial=trial, refresh=refresh, **fields
         )
         self.launches += reply.launches
         if reply.outputs:  # glue: what forward() returned
@@ -350,7 +506,7 @@ class Evaluation:
             "seed": input_set.seed,
             "trial": self.counters["trials"],
         }
-        inputs = input_set.values
+        inputs = self._values(state, input_set)
         reference = self._reference_for(state, input_set)
         eager = self._eager(state, inputs)
         eager_error = max(comparison.max_abs_error(e, r) for e, r in zip(eager, reference, strict=True))
@@ -427,37 +583,13 @@ class Evaluation:
         first = state.trial_sets
         k = len(state.sets) - first
         self.counters["input_sets"] += k
-        plan = verification.plan_calls(warmup + runs, k)
-        claims: list[int] = []
-        walls: list[int] = []
-        for n, planned in enumerate(plan):
-            self.failed_trial = {"shape": state.shape.name, "seed": None, "trial": f"timed call {n}"}
-            input_set = state.sets[first + planned.input_set]
-            if planned.refresh:
-                self._refresh(state, input_set)
-                self.counters["refreshed_timed_runs"] += 1
-            self._poison_outputs(state)
-            self.device.flush_cache()
-            reply, wall = self._call(state, first + planned.input_set, trial=False, refresh=planned.refresh)
-            verification.check_claim(reply.claimed_ns, wall, n)
-            if n >= warmup:
-                claims.append(reply.claimed_ns)
-                walls.append(wall)
-            if planned.check:
-                self._check_timed_outputs(state, input_set, n)
+        with self._phase("timed_runs"):
+            claims, walls = self._timed_calls(state, verification.plan_calls(warmup + runs, k), warmup)
         self.counters["timed_runs"] += runs
         self.counters["warmup_runs"] += warmup
         self.failed_trial = {"shape": state.shape.name, "seed": None, "trial": "timing cross-check"}
-        nulls = [self._ask("idle", "idle")[1] for _ in range(NULL_CALLS)]
-        calls = verification.batch_calls(statistics.median(claims), statistics.median(walls))
-        order = [first + (i % k) for i in range(calls)]
-        batches = [
-            self._ask("batch", "batch_done", shape=state.index, sets=order)[1]
-            for _ in range(verification.BATCH_REPEATS)
-        ]
-        check = verification.cross_check(
-            claims, batches, calls, nulls, self.backend.call_overhead_allowance_ns
-        )
+        with self._phase("cross_check"):
+            check = self._cross_check(state, claims, walls)
         self.failed_trial = None
         self.notes.append(
             f"{state.shape.name}: {check.describe()}; judge's round-trip median "
@@ -475,34 +607,200 @@ class Evaluation:
             max_rel_error=state.history.max_rel_error,
         )
 
+    def _screened_out(self, states: list[ShapeState]) -> list[ShapeReport] | None:
+        """The screen (screening.py): per-shape reports when the candidate cannot matter, else None."""
+        above, margin = self.settings.screen_above_ms, self.settings.screen_margin_for(self.backend.name)
+        if above <= 0:
+            return None
+        from kernelfoundry.evaluation.timing import Timings
+
+        reports = []
+        with self._phase("screen"):
+            for state in states:
+                k = len(state.sets) - state.trial_sets
+                plan = verification.plan_calls(screening.SCREEN_WARMUP + screening.SCREEN_CALLS, k)
+                claims, _ = self._timed_calls(state, plan, screening.SCREEN_WARMUP)
+                self.counters["screen_runs"] += screening.SCREEN_CALLS
+                timings = Timings(tuple(c / 1e6 for c in claims))
+                reports.append(
+                    ShapeReport(
+                        shape=state.shape.name,
+                        runtime_ms=timings.median_ms,
+                        runtime_spread_ms=timings.iqr_ms,
+                        max_abs_error=state.history.max_abs_error,
+                        max_rel_error=state.history.max_rel_error,
+                    )
+                )
+        self.failed_trial = None
+        screen_ms = sum(r.runtime_ms or 0.0 for r in reports)
+        if screening.needs_full_protocol(screen_ms, above, margin):
+            self.notes.append(
+                f"screen: {screen_ms:.4f} ms, within {margin:.0%} of the {above:.4f} ms to beat: "
+                "timed in full"
+            )
+            return None
+        self.screened = True
+        self.notes.append(
+            f"screened out: {screen_ms:.4f} ms (median of {screening.SCREEN_CALLS} verified calls per shape) "
+            f"is more than {1 + margin:.2f} x the {above:.4f} ms to beat; not timed in full"
+        )
+        return reports
+
+    def _timed_calls(
+        self, state: ShapeState, plan: list[verification.PlannedCall], warmup: int
+    ) -> tuple[list[int], list[int]]:
+        """The scheduled calls: claimed times and the judge's round trips of the calls after warm-up."""
+        first = state.trial_sets
+        claims: list[int] = []
+        walls: list[int] = []
+        for n, planned in enumerate(plan):
+            self.failed_trial = {"shape": state.shape.name, "seed": None, "trial": f"timed call {n}"}
+            input_set = state.sets[first + planned.input_set]
+            seed = None
+            if planned.refresh:
+                with self._phase("refresh"):
+                    seed = self._refresh(state, input_set)
+                self.counters["refreshed_timed_runs"] += 1
+            self._poison_outputs(state)
+            self.device.flush_cache()
+            reply, wall = self._call(
+                state, first + planned.input_set, trial=False, refresh=planned.refresh, seed=seed
+            )
+            verification.check_claim(reply.claimed_ns, wall, n)
+            if n >= warmup:
+                claims.append(reply.claimed_ns)
+                walls.append(wall)
+            if planned.check:
+                with self._phase("checks"):
+                    self._check_timed_outputs(state, input_set, n)
+        return claims, walls
+
+    def _cross_check(self, state: ShapeState, claims: list[int], walls: list[int]) -> verification.CrossCheck:
+        first = state.trial_sets
+        k = len(state.sets) - first
+        calls = verification.batch_calls(statistics.median(claims), statistics.median(walls))
+        order = [first + (i % k) for i in range(calls)]
+        nulls = [self._ask("idle", "idle")[1] for _ in range(NULL_CALLS)]
+        batches = [
+            self._ask("batch", "batch_done", shape=state.index, sets=order)[1]
+            for _ in range(verification.BATCH_REPEATS)
+        ]
+        allowance = self.backend.call_overhead_allowance_ns
+        try:
+            check = verification.cross_check(claims, batches, calls, nulls, allowance)
+        except EvaluationFailure:
+            # A refusal must reproduce: measured again, with what the scheduler did (verification.py).
+            self.counters["timing_remeasured"] += 1
+            nulls = [self._ask("idle", "idle")[1] for _ in range(NULL_CALLS)]
+            observed = [self._observed_batch(state, order) for _ in range(verification.BATCH_REPEATS)]
+            check = verification.contention_cross_check(claims, observed, nulls, allowance, self._threads())
+        return check
+
+    def _observed_batch(self, state: ShapeState, order: list[int]) -> verification.BatchObservation:
+        """One batch, with the run-queue waits of the runner's threads and of the judge's own thread,
+        the runner's CPU time, and the CPU time every other process used meanwhile (/proc)."""
+        assert self.runner is not None
+        runner, judge = self.runner.pid, os.getpid()
+        me = threading.get_native_id()
+        excluded = frozenset({runner, judge})
+        outsiders_before = observation.other_tasks_cpu_ns(excluded)
+        threads_before = observation.thread_schedule_ns(runner)
+        process_before = observation.process_cpu_ns(runner)
+        judge_before = observation.thread_schedule_ns(judge).get(me, (0, 0))[1]
+        wall = self._ask("batch", "batch_done", shape=state.index, sets=order)[1]
+        judge_after = observation.thread_schedule_ns(judge).get(me, (0, 0))[1]
+        threads_after = observation.thread_schedule_ns(runner)
+        process_after = observation.process_cpu_ns(runner)
+        outsiders_after = observation.other_tasks_cpu_ns(excluded)
+        spent = {
+            tid: (cpu - threads_before.get(tid, (0, 0))[0], waited - threads_before.get(tid, (0, 0))[1])
+            for tid, (cpu, waited) in threads_after.items()
+        }
+        per_thread = sum(cpu for cpu, _ in spent.values())
+        # threads that ran and ended inside the batch show only in the process's coarse figure
+        coarse = process_after - process_before - 2 * observation.TICK_NS
+        return verification.BatchObservation(
+            wall_ns=wall,
+            calls=len(order),
+            runner_waited_ns=max((waited for _, waited in spent.values()), default=0),
+            judge_waited_ns=max(0, judge_after - judge_before),
+            outsiders_cpu_ns=observation.cpu_used_between(outsiders_before, outsiders_after),
+            busiest_thread_cpu_ns=max((cpu for cpu, _ in spent.values()), default=0),
+            runner_cpu_ns=max(per_thread, coarse),
+        )
+
     def _time_baselines(self, state: ShapeState, report: ShapeReport) -> None:
-        """Eager and torch.compile, timed in the judge (no candidate ever ran here) on the timing sets."""
+        """Eager and torch.compile, timed in the judge (no candidate ever ran here) on the timing sets,
+        or reused from an earlier candidate of the same task, shape and protocol while younger than
+        the settings allow (baseline_cache.py; the report says their age).
+
+        The host heap is kept mapped while they run (allocator.steady_heap): eager's per-op allocations
+        otherwise page-fault on some evaluations and not on others, by the heap's layout alone."""
         if not self.settings.measure_baselines:
             return
-        torch = self.torch
-        timer = self.device.baseline_timer()
         runs, warmup = self.settings.runs_for(self.backend.name), self.settings.warmup_runs
-        sets = [s.values for s in state.sets[state.trial_sets :]]
-        k = len(sets)
-        with torch.no_grad():
-            report.baseline_ms = timer.measure(lambda i: state.model(*sets[i % k]), runs, warmup).median_ms
-        if self.settings.compile_baseline_for(self.backend.name):
-            try:
-                compiled = torch.compile(state.model)
-                with torch.no_grad():
-                    compiled(*sets[0])
-                    self.device.synchronize()
-                    report.compile_baseline_ms = timer.measure(
-                        lambda i: compiled(*sets[i % k]), runs, warmup
-                    ).median_ms
-            except Exception as exc:  # best effort: no compiler, unsupported op ...
-                self.notes.append(
-                    f"torch.compile baseline unavailable: {type(exc).__name__}: {str(exc)[:200]}"
-                )
+        with_compile = self.settings.compile_baseline_for(self.backend.name)
+        key = baseline_cache.cache_key(
+            self.task.reference_source,
+            sorted(state.shape.overrides.items()),
+            self.request.device,
+            runs,
+            warmup,
+            self.settings.flush_cache,
+            with_compile,
+            self._threads(),
+        )
+        now = time.monotonic()
+        baselines = baseline_cache.fresh(key, self.settings.baseline_reuse_for(self.backend.name), now)
+        if baselines is None:
+            baselines = self._measure_baselines(state, runs, warmup, with_compile)
+            baseline_cache.remember(key, baselines)
+        report.baseline_ms = baselines.eager_ms
+        report.compile_baseline_ms = baselines.compile_ms
+        report.baseline_age_s = round(max(0.0, now - baselines.measured_at), 3)  # 0: measured just now
+        if baselines.compile_note:
+            self.notes.append(f"torch.compile baseline unavailable: {baselines.compile_note}")
+        if report.baseline_age_s:
+            self.notes.append(
+                f"{state.shape.name}: eager and torch.compile timings reused from "
+                f"{report.baseline_age_s:.0f} s ago (same task, shape, device and protocol)"
+            )
         if report.baseline_ms is not None and report.runtime_ms:
             report.speedup = report.baseline_ms / report.runtime_ms
         if report.compile_baseline_ms is not None and report.runtime_ms:
             report.speedup_vs_compile = report.compile_baseline_ms / report.runtime_ms
+
+    def _measure_baselines(
+        self, state: ShapeState, runs: int, warmup: int, with_compile: bool
+    ) -> baseline_cache.TimedBaselines:
+        from kernelfoundry.evaluation.allocator import steady_heap
+
+        torch = self.torch
+        timer = self.device.baseline_timer()
+        sets = [self._values(state, s) for s in state.sets[state.trial_sets :]]
+        k = len(sets)
+        compile_ms: float | None = None
+        note = ""
+        with steady_heap():
+            with torch.no_grad():
+                eager_ms = timer.measure(lambda i: state.model(*sets[i % k]), runs, warmup).median_ms
+            if with_compile:
+                key = compiled_baselines.cache_key(
+                    self.request.task.reference_source, state.shape.overrides, self.request.device
+                )
+                try:
+                    compiled = compiled_baselines.compiled_reference(key, lambda: torch.compile(state.model))
+                    with torch.no_grad():
+                        compiled(*sets[0])
+                        self.device.synchronize()
+                        compile_ms = timer.measure(lambda i: compiled(*sets[i % k]), runs, warmup).median_ms
+                except Exception as exc:  # best effort: no compiler, unsupported op ...
+                    failure = exc if isinstance(exc, compiled_baselines.CompileFailed) else None
+                    if failure is None:
+                        failure = compiled_baselines.CompileFailed(f"{type(exc).__name__}: {str(exc)[:200]}")
+                        compiled_baselines.remember(key, failure)
+                    note = str(failure)
+        return baseline_cache.TimedBaselines(eager_ms, compile_ms, note, time.monotonic())
 
     def _finish_runner(self) -> None:
         """Kill the runner; a process it left behind (its group, or reparented to the judge) fails it."""
@@ -534,15 +832,18 @@ class Evaluation:
             return self._run_on_stream()
 
     def _run_on_stream(self) -> EvaluationReport:
-        self._start_runner()
+        with self._phase("runner_start"):
+            self._start_runner()
         shapes = list(self.task.shapes)
         seeds_per_shape = max(self.task.seeds, math.ceil(self.settings.correctness_trials / len(shapes)))
         states = self.states
         for index, shape in enumerate(shapes):
-            state = self._shape_state(index, shape, seeds_per_shape)
+            with self._phase("inputs"):
+                state = self._shape_state(index, shape, seeds_per_shape)
             states.append(state)
-            for seed_index in range(seeds_per_shape):
-                self._trial(state, seed_index)
+            with self._phase("trials"):
+                for seed_index in range(seeds_per_shape):
+                    self._trial(state, seed_index)
         if self.request.kernel.glue.strip() and self.launches == 0:
             raise EvaluationFailure(
                 reasons.GLUE_NO_KERNEL_LAUNCH, "ModelNew.forward never called kf.launch during the trials"
@@ -554,15 +855,37 @@ class Evaluation:
         }
         self._probe_outside_stream(states[0])
         self.failed_trial = None
+        if self.before_timing is not None:
+            with self._phase("next_runner_start"):
+                self.before_timing()
         with QuietHost(self.settings.timing_lock_dir).timing():
-            per_shape = [self._time_candidate(state) for state in states]
+            per_shape = self._screened_out(states)
+            if per_shape is None:
+                per_shape = [self._time_candidate(state) for state in states]
             self._finish_runner()
-            for state, report in zip(states, per_shape, strict=True):
-                self._time_baselines(state, report)
+            with self._phase("baselines"):
+                for state, report in zip(states, per_shape, strict=True):
+                    self._time_baselines(state, report)
         return self._report(per_shape, states)
+
+    def _roofline(self, per_shape: list[ShapeReport], states: list[ShapeState]) -> tuple[float | None, str]:
+        """The floor of every shape (into its report) and their sum, with what bounds it; measured
+        after the candidate's runner has gone, like the baselines."""
+        traffic = [s.traffic for s in states]
+        if any(t is None for t in traffic):
+            return None, ""
+        limits = roofline.device_limits(self.request.device, self.device.synchronize)
+        for report, t in zip(per_shape, traffic, strict=True):
+            assert t is not None
+            report.floor_ms = t.floor_ms(limits)
+        # the runtime is the sum of the shapes' times, so its floor is the sum of their floors (tighter
+        # than the floor of the summed traffic where one shape is compute-bound and another memory-bound)
+        total = roofline.Traffic(sum(t.bytes_moved for t in traffic if t), sum(t.flops for t in traffic if t))
+        return sum(r.floor_ms or 0.0 for r in per_shape), total.bound(limits)
 
     def _report(self, per_shape: list[ShapeReport], states: list[ShapeState]) -> EvaluationReport:
         runtime = sum(s.runtime_ms or 0.0 for s in per_shape)
+        floor_ms, bound = self._roofline(per_shape, states)
         baseline = sum(s.baseline_ms for s in per_shape if s.baseline_ms is not None) if per_shape else None
         has_baseline = all(s.baseline_ms is not None for s in per_shape)
         has_compile = all(s.compile_baseline_ms is not None for s in per_shape)
@@ -575,10 +898,17 @@ class Evaluation:
             runtime_ms=runtime,
             runtime_spread_ms=sum(s.runtime_spread_ms or 0.0 for s in per_shape),
             baseline_ms=baseline if has_baseline else None,
+            baseline_age_s=max((s.baseline_age_s or 0.0 for s in per_shape), default=None)
+            if has_baseline
+            else None,
             compile_baseline_ms=compile_ms,
             speedup=(baseline / runtime) if has_baseline and baseline and runtime else None,
             speedup_vs_compile=(compile_ms / runtime) if compile_ms and runtime else None,
             per_shape=per_shape,
+            screened=self.screened,
+            floor_ms=floor_ms,
+            roofline_fraction=(floor_ms / runtime) if floor_ms and runtime else None,
+            bound=bound,
             **self._common(),
         )
 
@@ -594,6 +924,7 @@ class Evaluation:
             "device": self.request.device,
             "device_name": self.device.name(),
             "counters": dict(self.counters),
+            "phases_ms": {name: round(seconds * 1e3, 3) for name, seconds in self.phases.items()},
             "notes": list(self.notes),
         }
 
@@ -608,6 +939,8 @@ class Evaluation:
         if self.runner is not None and not self.runner.closed:
             with contextlib.suppress(EvaluationFailure):
                 self._finish_runner()
+        for address in self.pinned:
+            self.device.unpin(address)
         for arena in self.arenas:
             arena.close()
 
@@ -623,13 +956,15 @@ def kill_and_reap(pid: int) -> None:
 
 
 def run_evaluation(
-    request: EvaluationRequest, runner_factory: Callable[[], RunnerProcess]
+    request: EvaluationRequest,
+    runner_factory: Callable[[], RunnerProcess],
+    before_timing: Callable[[], None] | None = None,
 ) -> tuple[EvaluationReport, bool]:
     """Judge one request; returns (report, whether this judge's own device context is broken)."""
     started = time.monotonic()
     evaluation: Evaluation | None = None
     try:
-        evaluation = Evaluation(request, runner_factory)
+        evaluation = Evaluation(request, runner_factory, before_timing)
         report = evaluation.run()
     except EvaluationFailure as failure:
         report = (

@@ -92,9 +92,27 @@ class RunnerPool:
                 self._idle = None
 
     def take(self) -> RunnerProcess:
+        """A runner for the candidate now arriving; the next candidate's starts at once, while this
+        one's trials run (before the candidate's runner has loaded anything), so that no candidate
+        waits for a process start."""
         runner = self._idle if self._idle is not None and self._idle.alive() else None
         self._idle = None
-        return runner if runner is not None else RunnerProcess(self.backend, self.device)
+        if runner is None:
+            runner = RunnerProcess(self.backend, self.device)
+        self.prepare()
+        return runner
+
+    def settle(self) -> None:
+        """Wait until the next runner has started (torch imported, device initialised): called before
+        a candidate is timed, so that no start competes with its timed calls. A runner that fails to
+        start is dropped here; `take` starts another."""
+        if self._idle is None:
+            return
+        try:
+            self._idle.wait_ready()
+        except Exception:
+            self._idle.close()
+            self._idle = None
 
     def close(self) -> None:
         if self._idle is not None:
@@ -126,7 +144,7 @@ def main() -> None:
                 request = request_from_dict(read_message(stdin))
             except ChildGone:
                 return
-            report, broken = run_evaluation(request, pool.take)
+            report, broken = run_evaluation(request, pool.take, before_timing=pool.settle)
             _reap_adopted()
             recycle = broken or report.reason in RECYCLING_REASONS
             write_message(protocol_out, {"report": report.to_dict(), "recycle": recycle})

@@ -57,8 +57,17 @@ class Loaded(_Reply):
     kind: Literal["loaded"]
 
 
+MAX_SETS = 256
+MAX_INPUTS = 256
+Digest = Annotated[int, Field(ge=0, lt=1 << 62)]
+
+
 class Bound(_Reply):
     kind: Literal["bound"]
+    # Drawn input sets: the fingerprint of each tensor the runner drew, per set (comparison.content_digest).
+    digests: Annotated[
+        list[Annotated[list[Digest], Field(max_length=MAX_INPUTS)]], Field(max_length=MAX_SETS)
+    ] = []
 
 
 class OutputMeta(BaseModel):

@@ -1,7 +1,9 @@
 """What the judge can see of the runner from outside, through /proc: CPU time and processes.
 
 Trusted observations (the kernel reports them; the runner cannot forge them): the CPU time every thread
-of a process has consumed (/proc/<pid>/task/*/schedstat, nanoseconds) and the children of a process
+of a process has consumed and the time it spent runnable but waiting for a CPU (the scheduler's run
+queue delay; /proc/<pid>/task/*/schedstat, nanoseconds), the CPU time of every other task on the host
+(to bound how much of a wait other processes can explain), and the children of a process
 (/proc/<pid>/task/*/children, or a scan of /proc/*/stat where that file is absent). What they cannot
 see: work on a GPU (device time is not CPU time), or work done by another process that is no child of the
 runner or the judge. Reading is racy by nature (threads come and go): a vanished file counts as zero.
@@ -52,6 +54,50 @@ def cpu_time_split_ns(pid: int) -> tuple[int, int]:
         else:
             others += spent
     return main, others
+
+
+def thread_schedule_ns(pid: int) -> dict[int, tuple[int, int]]:
+    """Per live thread of `pid`: (CPU time, time spent runnable on a run queue waiting for a CPU), in ns.
+    Empty when the process is gone."""
+    found: dict[int, tuple[int, int]] = {}
+    try:
+        tasks = os.listdir(PROC / str(pid) / "task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(PROC / str(pid) / "task" / tid / "schedstat", encoding="ascii") as stat:
+                fields = stat.read().split()
+            found[int(tid)] = (int(fields[0]), int(fields[1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def other_tasks_cpu_ns(excluded: frozenset[int]) -> dict[int, int]:
+    """CPU time consumed so far by every thread on the host outside the processes `excluded` (pids),
+    keyed by thread id. A thread that ends between two readings is missing from the second (its time
+    is lost, never invented)."""
+    found: dict[int, int] = {}
+    for entry in os.listdir(PROC):
+        if not entry.isdigit() or int(entry) in excluded:
+            continue
+        try:
+            tasks = os.listdir(PROC / entry / "task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(PROC / entry / "task" / tid / "schedstat", encoding="ascii") as stat:
+                    found[int(tid)] = int(stat.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def cpu_used_between(before: dict[int, int], after: dict[int, int]) -> int:
+    """CPU time the threads of `after` used since `before` (a thread new in `after` counts from 0)."""
+    return sum(max(0, spent - before.get(tid, 0)) for tid, spent in after.items())
 
 
 def _children_from_tasks(pid: int) -> set[int] | None:

@@ -22,6 +22,8 @@ class ShapeReport:
     speedup_vs_compile: float | None = None
     max_abs_error: float | None = None
     max_rel_error: float | None = None
+    baseline_age_s: float | None = None  # 0: timed during this evaluation; else reused, this old
+    floor_ms: float | None = None  # the roofline floor of this shape on the judge's device (roofline.py)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShapeReport:
@@ -34,7 +36,10 @@ class EvaluationReport:
 
     runtime_ms is the median over timed runs (summed over shapes when a task has several), and
     runtime_spread_ms the interquartile range (p75 - p25) of the same runs. Counters: trials (correctness
-    calls), timed_runs, warmup_runs, input_sets, kernel_launches.
+    calls), timed_runs, warmup_runs, input_sets, kernel_launches. phases_ms: the judge's wall time per
+    step (runner_start, inputs, trials, next_runner_start, timed_runs (its refresh and checks also
+    shown apart), cross_check, baselines); the worker's duration_s adds the judge round trip and any
+    judge start.
     """
 
     compiled: bool
@@ -49,6 +54,7 @@ class EvaluationReport:
     runtime_ms: float | None = None
     runtime_spread_ms: float | None = None
     baseline_ms: float | None = None
+    baseline_age_s: float | None = None  # the oldest shape's baselines (0: all timed in this evaluation)
     compile_baseline_ms: float | None = None
     speedup: float | None = None
     speedup_vs_compile: float | None = None
@@ -57,6 +63,11 @@ class EvaluationReport:
     device_name: str = ""
     failed_trial: dict[str, Any] | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    screened: bool = False  # runtime from the screening measurement only (screening.py)
+    floor_ms: float | None = None  # the roofline floor, summed over shapes (roofline.py)
+    roofline_fraction: float | None = None  # floor_ms / runtime_ms: 1.0 is the floor
+    bound: str = ""  # "memory" or "compute": which term of the floor is the larger
+    phases_ms: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     duration_s: float = 0.0
 

@@ -28,13 +28,87 @@ from kernelfoundry.evaluation.reasons import EvaluationFailure, classify_excepti
 from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec
 
 PR_SET_PDEATHSIG = 1
+SA_SIGINFO = 0x4
+SA_RESETHAND = 0x80000000
+SI_ADDR_OFFSET = 16  # siginfo_t.si_addr on Linux (after si_signo, si_errno, si_code and padding)
+# If reporting a fault ever hangs (the fault interrupted a lock the interpreter then needs), the
+# process dies of SIGALRM this much later instead of waiting for the judge's deadline.
+FAULT_REPORT_S = 2
+
+
+class _SigAction(ctypes.Structure):
+    """glibc's struct sigaction (x86_64, aarch64)."""
+
+    _fields_ = [
+        ("sa_sigaction", ctypes.c_void_p),
+        ("sa_mask", ctypes.c_ulong * 16),
+        ("sa_flags", ctypes.c_int),
+        ("sa_restorer", ctypes.c_void_p),
+    ]
+
+
+_HANDLER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class ReadOnlyGuard:
+    """Turns a write into the read-only input or parameter memory into `input_modified`.
+
+    On the CPU the runner maps inputs and parameters read-only (and the judge has sealed them: no
+    mprotect, no write() can change them), so a unit that writes one faults. A SIGSEGV / SIGBUS handler
+    looks at the faulting address: inside one of those mappings, the runner answers the current command
+    with `failed: input_modified` naming the input, then exits; anywhere else the handler (installed
+    with SA_RESETHAND) returns, the access faults again and the process dies of the signal as before
+    (`crash`). What it reports is the runner's word, and a failure either way: the judge's own inputs
+    stay intact whatever the runner says."""
+
+    def __init__(self) -> None:
+        self.regions: list[tuple[int, int, str]] = []  # start, end, what
+        self.sock: socket.socket | None = None
+        self.nonce = ""
+        self._handler = _HANDLER_TYPE(self._on_fault)  # kept alive as long as the guard
+
+    def watch(self, start: int, size: int, what: str) -> None:
+        self.regions.append((start, start + size, what))
+
+    def region(self, address: int) -> str | None:
+        for start, end, what in self.regions:
+            if start <= address < end:
+                return what
+        return None
+
+    def install(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        action = _SigAction()
+        action.sa_sigaction = ctypes.cast(self._handler, ctypes.c_void_p).value
+        action.sa_flags = SA_SIGINFO | SA_RESETHAND
+        for signum in (signal.SIGSEGV, signal.SIGBUS):
+            libc.sigaction(int(signum), ctypes.byref(action), None)
+
+    def _on_fault(self, signum: int, info: int | None, context: int | None) -> None:
+        ctypes.CDLL(None).alarm(FAULT_REPORT_S)
+        address = ctypes.c_void_p.from_address(info + SI_ADDR_OFFSET).value if info else None
+        what = self.region(address or 0)
+        if what is None or self.sock is None:
+            ctypes.CDLL(None).alarm(0)
+            return  # SA_RESETHAND: the access faults again and the signal's default action ends us
+        message = (
+            f"the candidate wrote into {what} at {address:#x} ({signal.Signals(signum).name}): inputs and "
+            "parameters are read-only for a unit (their memory is mapped read-only in the runner and "
+            "sealed by the judge, whose copy is unchanged)"
+        )
+        with contextlib.suppress(Exception):
+            channel.send(
+                self.sock,
+                {"kind": "failed", "reason": reasons.INPUT_MODIFIED, "message": message, "nonce": self.nonce},
+            )
+        os._exit(3)
 
 
 @dataclass
 class Binding:
     """One shape's buffers as the candidate sees them."""
 
-    host_sets: list[list[Any]]  # per input set: tensors (judge memory) and Python scalars
+    host_sets: list[list[Any]]  # per input set: tensors (judge memory) and Python scalars; [] when drawn
     sets: list[list[Any]]  # the same, where the candidate computes (device copies when staged)
     params: list[Any]  # direct units: parameters then buffers, in ABI order
     host_outputs: list[Any]
@@ -42,14 +116,17 @@ class Binding:
     descriptors: list[Any] = field(default_factory=list)  # per set, direct units only
     out_descriptors: Any = None
     model: Any = None  # the glue's ModelNew instance
+    draws: Any = None  # drawn sets: the task's module and shape, to draw from the judge's seeds
+    seeds: list[int] = field(default_factory=list)  # drawn sets: the seed each set's values came from
 
 
 class Runner:
     """Command handlers; each returns the reply's fields (kind included)."""
 
-    def __init__(self, device: RunnerDevice, staged: bool) -> None:
+    def __init__(self, device: RunnerDevice, staged: bool, guard: ReadOnlyGuard | None = None) -> None:
         self.device = device
         self.staged = staged
+        self.guard = guard or ReadOnlyGuard()
         self.unit: Any = None
         self.launcher: Any = None
         self.model_new_cls: type | None = None
@@ -61,6 +138,7 @@ class Runner:
     def load(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         import torch
 
+        from kernelfoundry.evaluation.allocator import keep_heap
         from kernelfoundry.evaluation.glue_runtime import KernelLauncher, load_glue
         from kernelfoundry.evaluation.unit import CompiledUnit
 
@@ -68,6 +146,7 @@ class Runner:
             raise EvaluationFailure(reasons.LOAD_ERROR, "the load command carries no artifact")
         threads = int(command["threads"])
         torch.set_num_threads(threads)
+        keep_heap()  # the judge's heap policy while it times eager: a glue's torch calls are timed alike
         self.unit = CompiledUnit(Path(f"/proc/self/fd/{fds[0]}"), name=str(command["artifact_name"]))
         os.close(fds[0])
         self.unit.set_threads(threads)
@@ -84,8 +163,12 @@ class Runner:
         from kernelfoundry.evaluation.unit import DescriptorArray, as_tensors
 
         n_sets = len(command["sets"])
-        if len(fds) != n_sets + 2:
-            raise EvaluationFailure(reasons.LOAD_ERROR, f"bind carries {len(fds)} buffers, not {n_sets + 2}")
+        draw = command.get("draw")
+        set_buffers = 0 if draw else n_sets
+        if len(fds) != set_buffers + 2:
+            raise EvaluationFailure(
+                reasons.LOAD_ERROR, f"bind carries {len(fds)} buffers, not {set_buffers + 2}"
+            )
         sizes = command["sizes"]
         # Inputs and parameters read-only: a unit that writes one faults here, never in the judge.
         input_arenas = [
@@ -93,23 +176,36 @@ class Runner:
         ]
         output_arena = Arena(fds[-1], int(sizes[-1]), writable=True)
         self.arenas += [*input_arenas, output_arena]
+        if self.staged:  # page-locked: staging and fetching outputs run at the link's speed
+            self.device.pin(output_arena.address(), output_arena.size)
+            for arena in input_arenas:
+                self.device.pin(arena.address(), arena.size, read_only=True)
+        for i, arena in enumerate(input_arenas):
+            what = f"input set {i} of shape {command['shape']}" if i < set_buffers else "the parameters"
+            self.guard.watch(arena.address(), arena.size, what)
         host_sets = []
-        for arena, items in zip(input_arenas[:n_sets], command["sets"], strict=True):
+        for arena, items in zip(input_arenas[:set_buffers], command["sets"][:set_buffers], strict=True):
             host_sets.append(
                 [
                     arena.tensor(TensorSpec.from_json(i["tensor"])) if "tensor" in i else i["scalar"]
                     for i in items
                 ]
             )
-        param_arena = input_arenas[n_sets]
+        param_arena = input_arenas[set_buffers]
         host_params = {
             p["name"]: param_arena.tensor(TensorSpec.from_json(p["tensor"])) for p in command["params"]
         }
         host_outputs = [output_arena.tensor(TensorSpec.from_json(o)) for o in command["outputs"]]
         place = self.device.place if self.staged else (lambda t: t)
-        sets = [[place(v) if hasattr(v, "data_ptr") else v for v in s] for s in host_sets]
         outputs = [place(o) for o in host_outputs]
-        binding = Binding(host_sets, sets, [], host_outputs, outputs)
+        digests: list[list[int]] = []
+        if draw:
+            draws, sets, seeds = self._draw_sets(draw, command["sets"])
+            binding = Binding([], sets, [], host_outputs, outputs, draws=draws, seeds=seeds)
+            digests = [[comparison.content_digest(v) for v in s if hasattr(v, "data_ptr")] for s in sets]
+        else:
+            sets = [[place(v) if hasattr(v, "data_ptr") else v for v in s] for s in host_sets]
+            binding = Binding(host_sets, sets, [], host_outputs, outputs)
         if self.model_new_cls is None:
             binding.params = [place(host_params[name]) for name in command["direct_params"]]
             device = outputs[0].device if outputs else "cpu"
@@ -118,7 +214,58 @@ class Runner:
         else:
             binding.model = self._build_model(command["init_inputs"], host_params)
         self.shapes[int(command["shape"])] = binding
-        return {"kind": "bound"}
+        return {"kind": "bound", "digests": digests}
+
+    def _draw_sets(
+        self, draw: dict[str, Any], items: list[list[dict[str, Any]]]
+    ) -> tuple[Any, list[list[Any]], list[int]]:
+        """Every input set drawn here, on the device, from the judge's seeds (a set whose draw fails or
+        does not fit its description is left empty: the judge sees the fingerprints differ and stages)."""
+        from kernelfoundry.tasks.model import ShapeVariant
+        from kernelfoundry.tasks.reference import load_reference_module
+
+        try:
+            module = load_reference_module(str(draw["source"]), dict(draw["overrides"]))
+        except Exception:
+            return None, [[] for _ in items], []
+        draws = (module, ShapeVariant(str(draw["shape_name"]), dict(draw["overrides"])))
+        seeds = [int(seed) for seed in draw["seeds"]]
+        sets = []
+        for seed, described in zip(seeds, items, strict=True):
+            try:
+                values = self._drawn(draws, seed)
+            except Exception:
+                values = []
+            fits = len(values) == len(described) and all(
+                ("drawn" in d) == hasattr(v, "data_ptr") for v, d in zip(values, described, strict=True)
+            )
+            sets.append(
+                [v if hasattr(v, "data_ptr") else d["scalar"] for v, d in zip(values, described, strict=True)]
+                if fits
+                else []
+            )
+        return draws, sets, seeds
+
+    def _drawn(self, draws: Any, seed: int) -> list[Any]:
+        from kernelfoundry.tasks.reference import draw_inputs
+
+        module, shape = draws
+        values = draw_inputs(module, shape, seed, self.device.device)
+        placed = [v.contiguous() if hasattr(v, "data_ptr") else v for v in values]
+        self.device.synchronize()
+        return placed
+
+    def _redraw(self, binding: Binding, index: int, seed: int) -> None:
+        """A drawn set's fresh values, written into the tensors the candidate already knows."""
+        import torch
+
+        fresh = self._drawn(binding.draws, seed)
+        with torch.no_grad():
+            for placed, value in zip(binding.sets[index], fresh, strict=True):
+                if hasattr(placed, "data_ptr"):
+                    placed.copy_(value)
+        binding.seeds[index] = seed
+        self.device.synchronize()
 
     def _build_model(self, init_inputs: list[Any], host_params: dict[str, Any]) -> Any:
         import torch
@@ -164,7 +311,9 @@ class Runner:
         binding = self.shapes[int(command["shape"])]
         index = int(command["set"])
         trial = bool(command.get("trial", False))
-        if self.staged and command.get("refresh"):
+        if command.get("refresh_seed") is not None and binding.draws is not None:
+            self._redraw(binding, index, int(command["refresh_seed"]))
+        elif self.staged and command.get("refresh"):
             for placed, host in zip(binding.sets[index], binding.host_sets[index], strict=True):
                 if hasattr(placed, "data_ptr"):
                     self.device.refresh(placed, host)
@@ -212,10 +361,18 @@ class Runner:
         }
 
     def _check_inputs_intact(self, binding: Binding, index: int) -> None:
-        """Staged memory: the device copies of this set's inputs still equal the judge's staging (a
-        diagnostic the judge does not rely on: its own copies are out of the runner's reach anyway)."""
-        for i, (placed, host) in enumerate(zip(binding.sets[index], binding.host_sets[index], strict=True)):
-            if hasattr(placed, "data_ptr") and not comparison.bitwise_equal(placed.cpu(), host):
+        """Staged memory: the device copies of this set's inputs still equal the judge's staging, or a
+        new draw from their seed (a diagnostic the judge does not rely on: its own copies are out of the
+        runner's reach anyway)."""
+        originals = (
+            self._drawn(binding.draws, binding.seeds[index])
+            if binding.draws is not None
+            else binding.host_sets[index]
+        )
+        for i, (placed, original) in enumerate(zip(binding.sets[index], originals, strict=True)):
+            if not hasattr(placed, "data_ptr"):
+                continue
+            if not comparison.bitwise_equal(placed, original.to(placed.device)):
                 raise EvaluationFailure(reasons.INPUT_MODIFIED, f"input {i} was modified by the candidate")
 
     def batch(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -290,6 +447,7 @@ def serve(sock: socket.socket, runner: Runner) -> None:
             command, fds = channel.receive_with_fds(sock, None)
         except channel.ChannelClosed:
             return
+        runner.guard.nonce = str(command.get("nonce", ""))
         handler = handlers.get(str(command.get("op")))
         try:
             if handler is None:
@@ -331,8 +489,11 @@ def main(argv: list[str] | None = None) -> None:
 
     device = backend.runner_device(args.device)
     device.setup()
+    guard = ReadOnlyGuard()
+    guard.sock = sock
+    guard.install()
     channel.send(sock, {"kind": "ready", "nonce": args.nonce, "pid": os.getpid()})
-    serve(sock, Runner(device, staged=backend.memory == "staged"))
+    serve(sock, Runner(device, staged=backend.memory == "staged", guard=guard))
 
 
 if __name__ == "__main__":

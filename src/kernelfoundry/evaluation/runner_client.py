@@ -64,7 +64,7 @@ class _PlainProcess:
     """The stand-in for kernelfoundry.sandbox's process when that package is absent."""
 
     def __init__(
-        self, argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...]
+        self, argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...], log: Any
     ) -> None:
         self._popen = subprocess.Popen(
             argv,
@@ -72,8 +72,8 @@ class _PlainProcess:
             env=env,
             pass_fds=pass_fds,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
             start_new_session=True,
             close_fds=True,
         )
@@ -106,13 +106,22 @@ def runner_memory_bytes() -> int:
 
 
 def launch_sandboxed(
-    argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...], gpu: bool
+    argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...], gpu: bool, log: Path
 ) -> Any:
-    """Start the runner sealed; the one place that knows how (swap the sandbox here)."""
+    """Start the runner sealed; the one place that knows how (swap the sandbox here). Its stdout and
+    stderr go to `log` (in its scratch folder), so that a runner that dies before it can write its own
+    log (an import error) still says why in the judge's report."""
+    with open(log, "ab") as output:
+        return _launch(argv, scratch, env, pass_fds, gpu, output)
+
+
+def _launch(
+    argv: list[str], scratch: Path, env: dict[str, str], pass_fds: tuple[int, ...], gpu: bool, output: Any
+) -> Any:
     try:
         from kernelfoundry.sandbox import SandboxPolicy, spawn_sandboxed  # type: ignore[import-not-found]
     except ImportError:
-        return _PlainProcess(argv, scratch, env, pass_fds)
+        return _PlainProcess(argv, scratch, env, pass_fds, output)
     policy = SandboxPolicy(
         scratch=scratch,
         env_allow=(),
@@ -123,18 +132,20 @@ def launch_sandboxed(
         cpu_seconds=None,
         gpu=gpu,
     )
-    return spawn_sandboxed(
-        argv, policy, pass_fds=pass_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    return spawn_sandboxed(argv, policy, pass_fds=pass_fds, stdout=output, stderr=output)
 
 
 def runner_environment(scratch: Path) -> dict[str, str]:
-    """The allow-listed variables of this process, plus what the runner needs to import itself."""
+    """The allow-listed variables of this process, plus what the runner needs to import itself: the
+    folder kernelfoundry was imported from, then this process's own PYTHONPATH folders (where the
+    dependencies may live when kernelfoundry itself is imported from a source tree)."""
     env = {name: os.environ[name] for name in ENV_ALLOW if name in os.environ}
     package_root = str(Path(kernelfoundry.__file__).resolve().parents[1])
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).is_dir()]
+    search_path = list(dict.fromkeys([package_root, *inherited]))
     env.update(
         {
-            "PYTHONPATH": package_root,
+            "PYTHONPATH": os.pathsep.join(search_path),
             "HOME": str(scratch),
             "TMPDIR": str(scratch),
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -175,6 +186,7 @@ class RunnerProcess:
                 runner_environment(self.scratch),
                 (runner_end.fileno(),),
                 gpu=backend.memory == "staged",
+                log=self.log_path,
             )
         finally:
             runner_end.close()
@@ -290,8 +302,6 @@ class RunnerProcess:
                 f"the runner closed its channel during {during} while alive",
             )
         message = f"the runner died with {reasons.signal_name(code)} during {during}"
-        if self.backend.memory == "shared" and code in (-signal.SIGSEGV, -signal.SIGBUS):
-            message += " (inputs and parameters are mapped read-only: a write to one ends here)"
         if tail:
             message += f"; its last output: {tail[-500:]}"
         self.close()

@@ -25,6 +25,9 @@ class EvaluationSettings:
     torch.compile needs a C++ compiler and takes tens of seconds). `tolerance` overrides both the
     task's tolerance and the dtype policy. `timing_lock_dir` names the folder of a host-wide lock
     (kernelfoundry.stack.quiet_host) that keeps builds off the cores while the runs are timed.
+    `baseline_max_age_s=None` means the backend's reuse of baselines (CUDA: timed again once older
+    than 300 s; CPU: 0, timed beside every candidate, since a shared host's load drifts in seconds).
+    `screen_above_ms` > 0 screens the candidate first (kernelfoundry.evaluation.screening).
     """
 
     correctness_trials: int = MIN_CORRECTNESS_TRIALS
@@ -38,6 +41,9 @@ class EvaluationSettings:
     timing_lock_dir: str = ""
     measure_baselines: bool = True
     tolerance: Tolerance | None = None
+    baseline_max_age_s: float | None = None
+    screen_above_ms: float = 0.0  # screening.py: the kernel time to come near; 0: full protocol only
+    screen_margin: float | None = None  # None: the backend's (CUDA 0.3, CPU 1.0)
 
     def __post_init__(self) -> None:
         if self.correctness_trials < MIN_CORRECTNESS_TRIALS:
@@ -48,6 +54,10 @@ class EvaluationSettings:
             raise ValueError("timed_runs must be >= 1")
         if self.warmup_runs < 0 or self.deadline_s <= 0:
             raise ValueError("warmup_runs must be >= 0 and deadline_s > 0")
+        if self.baseline_max_age_s is not None and self.baseline_max_age_s < 0:
+            raise ValueError("baseline_max_age_s must be >= 0")
+        if self.screen_above_ms < 0 or (self.screen_margin is not None and self.screen_margin < 0):
+            raise ValueError("screen_above_ms and screen_margin must be >= 0")
 
     def runs_for(self, backend: str) -> int:
         if self.timed_runs is not None:
@@ -62,6 +72,20 @@ class EvaluationSettings:
         from kernelfoundry.evaluation.backends import backend_named
 
         return backend_named(backend).compile_baseline_by_default
+
+    def baseline_reuse_for(self, backend: str) -> float:
+        if self.baseline_max_age_s is not None:
+            return self.baseline_max_age_s
+        from kernelfoundry.evaluation.backends import backend_named
+
+        return backend_named(backend).baseline_reuse_s
+
+    def screen_margin_for(self, backend: str) -> float:
+        if self.screen_margin is not None:
+            return self.screen_margin
+        from kernelfoundry.evaluation.backends import backend_named
+
+        return backend_named(backend).screen_margin
 
     def with_deadline(self, deadline_s: float) -> EvaluationSettings:
         return replace(self, deadline_s=deadline_s)

@@ -3,19 +3,29 @@
 An `Arena` is one memfd holding several tensors at 64-byte aligned offsets, described by `TensorSpec`s
 (dtype, shape, offset) that travel as JSON while the fd travels with socket.send_fds. The judge maps
 an arena read-write; the runner maps input arenas with PROT_READ only, so a unit that writes an input
-faults (and dies) instead of changing what the judge computes its reference from. Contiguous tensors
-only. Imports torch lazily; never calls a unit.
+faults instead of changing what the judge computes its reference from. A mapping with PROT_READ is
+still a shared one: without more, a unit could mprotect it writable, write() to the descriptor or map
+it again read-write, and change the judge's inputs after its call. So the judge seals an input arena
+(`seal`: F_SEAL_FUTURE_WRITE, F_SEAL_SHRINK, F_SEAL_GROW) once its own mapping exists and before the
+descriptor leaves: from then on only that mapping can write the memory (the judge's fresh values),
+and every other way of writing it is refused by the kernel. Contiguous tensors only. Imports torch
+lazily; never calls a unit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 ALIGNMENT = 64
+# fcntl's names where Python has them (F_SEAL_FUTURE_WRITE is Linux 5.1+; the value is the kernel's).
+F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
+READ_ONLY_SEALS = F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 # dtypes that may cross the ABI and the channel; anything else is refused by name.
 DTYPES = (
     "float64",
@@ -97,14 +107,34 @@ class Arena:
     @classmethod
     def create(cls, size: int, name: str = "kf-arena") -> Arena:
         """A fresh read-write arena of `size` bytes (the judge's side)."""
-        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(fd, size)
         return cls(fd, size, writable=True)
 
+    def seal(self) -> None:
+        """Only this (the creator's) mapping may write the memory from now on: no write(), no writable
+        mapping, no mprotect to writable, no resize, through any descriptor of it (raises OSError where
+        the kernel cannot seal)."""
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, READ_ONLY_SEALS)
+
+    def sealed(self) -> bool:
+        """Whether `seal` holds for this memory (as the kernel reports it, for any descriptor of it)."""
+        try:
+            seals = fcntl.fcntl(self.fd, fcntl.F_GET_SEALS)
+        except OSError:
+            return False
+        return seals & READ_ONLY_SEALS == READ_ONLY_SEALS
+
+    def address(self) -> int:
+        """Where this process mapped the arena (the first byte)."""
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a read-only mapping is intended for inputs
+            return int(torch.frombuffer(self.map, dtype=torch.uint8, count=1).data_ptr())
+
     def tensor(self, spec: TensorSpec) -> Any:
         """A tensor viewing the arena's bytes (writes go straight to shared memory where writable)."""
-        import warnings
-
         import torch
 
         if spec.offset < 0 or spec.offset + spec.nbytes > self.size:

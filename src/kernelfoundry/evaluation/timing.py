@@ -4,7 +4,9 @@ CPU: time.perf_counter_ns around each call; before each run a buffer twice the l
 written so the call starts cold. CUDA: events recorded on the evaluation stream around each call, then a
 device-wide torch.cuda.synchronize() before the next run; a second end event recorded after that
 synchronize gives the `synced` time, which also counts work left on other streams (plus the sync's own
-latency). Before each run a buffer twice the L2 size is written on the stream. The call receives the run
+latency). Before each run a buffer twice the L2 size is written on the stream, then the stream sleeps
+(backends/cuda.py LAUNCH_COVER_CYCLES) so the host's launch path is never inside the timed region. The
+call receives the run
 index so callers rotate input sets. Never decides correctness.
 """
 
@@ -120,8 +122,11 @@ class CudaTimer:
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
             synced = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+            from kernelfoundry.evaluation.backends.cuda import cover_launch
+
             for i in range(runs):
                 self.flush()
+                cover_launch()
                 starts[i].record(self._stream)
                 call(warmup + i)
                 ends[i].record(self._stream)

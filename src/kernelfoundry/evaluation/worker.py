@@ -6,12 +6,20 @@ hang costs only its runner. The judge itself is replaced after a worker error, a
 a crash or a hang of its own. The worker enforces an outer deadline (the request's plus JUDGE_MARGIN_S)
 in case the judge itself stops answering. Requests and reports cross as JSON, never pickle. Neither
 the worker nor the judge ever loads a unit. Synchronous; a lock serialises callers.
+
+The judge runs the task's reference source (client code) for the answer and the baselines, so it is
+sandboxed too (kernelfoundry.sandbox): an allow-listed environment (JUDGE_ENV_ALLOW: never a service's
+credentials), its own network namespace, writes confined to its scratch folder (where its runners' own
+scratch folders live) and the `writable` folders the worker is given (the host's timing lock), its
+whole process tree killed with it. It has no memory limit (float64 references of large tasks) and no
+file-size limit (its input memfds can pass 1 GiB).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +35,7 @@ from kernelfoundry.evaluation.protocol import ChildGone, DeadlinePassed, read_me
 from kernelfoundry.evaluation.report import EvaluationReport
 from kernelfoundry.evaluation.settings import EvaluationRequest
 from kernelfoundry.evaluation.wire import request_to_dict
+from kernelfoundry.sandbox.policy import PYTHON_ENV_ALLOW
 
 STARTUP_TIMEOUT_S = 180.0
 # The judge enforces the request's deadline on the runner; this margin covers its own work after that
@@ -37,26 +46,61 @@ STDERR_TAIL_BYTES = 2000
 MAX_EVALUATIONS_PER_CHILD = 50
 
 
-class _Child:
-    """One running child process and its pipes."""
+# What the judge takes from the worker's environment: a Python worker's (torch, OpenMP, CUDA), plus the
+# CUDA toolkit's location and the runner's memory limit. PYTHONPATH is set by judge_environment.
+JUDGE_ENV_ALLOW: tuple[str, ...] = (
+    *PYTHON_ENV_ALLOW,
+    "CUDA_HOME",
+    "TORCH_CUDA_ARCH_LIST",
+    "KF_RUNNER_MEMORY_BYTES",
+)
 
-    def __init__(self, device: str, cpu_threads: int | None) -> None:
-        env = dict(os.environ)
-        if cpu_threads:
-            env["OMP_NUM_THREADS"] = str(cpu_threads)
-        # The unit shares torch's OpenMP runtime; with spinning waits, one descheduled team member on a
-        # busy host stretches a microsecond region to a scheduler tick. Passive waits cost both the
-        # candidate and eager the same small wake-up, and keep timings stable on shared machines.
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        package_root = str(Path(kernelfoundry.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+
+def judge_environment(cpu_threads: int | None) -> dict[str, str]:
+    """What the judge gets on top of JUDGE_ENV_ALLOW: where to import from, and its thread settings."""
+    chosen: dict[str, str] = {}
+    if cpu_threads:
+        chosen["OMP_NUM_THREADS"] = str(cpu_threads)
+    # The unit shares torch's OpenMP runtime; with spinning waits, one descheduled team member on a
+    # busy host stretches a microsecond region to a scheduler tick. Passive waits cost both the
+    # candidate and eager the same small wake-up, and keep timings stable on shared machines.
+    chosen["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    package_root = str(Path(kernelfoundry.__file__).resolve().parents[1])
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    chosen["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([package_root, *inherited]))
+    return chosen
+
+
+class _Child:
+    """One running judge process (sandboxed) and its pipes."""
+
+    def __init__(self, device: str, cpu_threads: int | None, writable: tuple[Path, ...] = ()) -> None:
+        from kernelfoundry.sandbox import SandboxPolicy, spawn_sandboxed
+
         args = [sys.executable, "-m", "kernelfoundry.evaluation.judge", "--device", device]
         if threading.current_thread() is threading.main_thread():
             args.append("--pdeathsig")
+        self.scratch = Path(tempfile.mkdtemp(prefix="kf-judge-"))
         self.stderr: IO[bytes] = tempfile.TemporaryFile(prefix="kf-eval-child-")  # noqa: SIM115 - lives with the child
-        self.process = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, close_fds=True
+        policy = SandboxPolicy.for_python(
+            self.scratch,
+            env_allow=JUDGE_ENV_ALLOW,
+            env_set=judge_environment(cpu_threads),
+            gpu=device.startswith("cuda"),
+            max_open_files=4096,
+            file_bytes=None,
+            # /proc: each runner's launcher maps its own nested user namespace (/proc/self/uid_map),
+            # which Landlock would refuse as a write outside the scratch folder.
+            writable=(Path("/proc"), *(w for w in writable if Path(w).exists())),
         )
+        try:
+            self.sandboxed: Any = spawn_sandboxed(
+                args, policy, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
+            )
+        except Exception:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
+        self.process = self.sandboxed.popen
         assert self.process.stdin is not None and self.process.stdout is not None
         self.to_child = self.process.stdin.fileno()
         self.from_child = self.process.stdout.fileno()
@@ -64,7 +108,10 @@ class _Child:
             hello = read_message(self.from_child, time.monotonic() + STARTUP_TIMEOUT_S)
             if not hello.get("ready"):
                 raise RuntimeError(f"unexpected greeting {hello!r}")
-            self.protections: list[str] = list(hello.get("protections", []))
+            self.protections: list[str] = [
+                *hello.get("protections", []),
+                *(f"sandbox: {p}" for p in self.sandboxed.protections),
+            ]
         except Exception as exc:
             tail = self.stderr_tail()
             self.kill()
@@ -81,6 +128,8 @@ class _Child:
         return ""
 
     def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sandboxed.kill_all()  # the judge and everything it started (runners included)
         if self.process.poll() is None:
             self.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -89,6 +138,7 @@ class _Child:
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def close(self) -> None:
         """Ask politely (EOF on stdin), then kill."""
@@ -108,8 +158,11 @@ class EvaluationWorker:
         device: str = "cpu",
         cpu_threads: int | None = None,
         max_evaluations_per_child: int = MAX_EVALUATIONS_PER_CHILD,
+        writable: tuple[Path, ...] = (),
     ) -> None:
+        """`writable`: folders the sandboxed judge may write besides its scratch (the timing lock's)."""
         self.device = device
+        self.writable = tuple(Path(w) for w in writable)
         self.cpu_threads = cpu_threads
         self.max_evaluations_per_child = max_evaluations_per_child
         self._served = 0
@@ -131,7 +184,7 @@ class EvaluationWorker:
         if self._child is None or self._child.process.poll() is not None:
             if self._child is not None:
                 self._child.kill()
-            self._child = _Child(self.device, self.cpu_threads)
+            self._child = _Child(self.device, self.cpu_threads, self.writable)
             self.children_started += 1
             self._served = 0
         return self._child
@@ -148,6 +201,7 @@ class EvaluationWorker:
             )
         with self._lock:
             started = time.monotonic()
+            self._allow_timing_lock(request.settings.timing_lock_dir)
             try:
                 child = self._ensure_child()
             except Exception as exc:  # the child could not start: a worker problem, not the candidate's
@@ -159,6 +213,18 @@ class EvaluationWorker:
             report = self._exchange(child, request, time.monotonic())
             report.duration_s = time.monotonic() - started
             return report
+
+    def _allow_timing_lock(self, folder: str) -> None:
+        """A request's host timing lock must be writable by the sandboxed judge: a folder it could not
+        write before gets a judge started anew with it (a service names one folder, so this happens once)."""
+        if not folder:
+            return
+        path = Path(folder)
+        if path in self.writable:
+            return
+        path.mkdir(parents=True, exist_ok=True)
+        self.writable = (*self.writable, path)
+        self._discard_child()
 
     def _exchange(self, child: _Child, request: EvaluationRequest, started: float) -> EvaluationReport:
         deadline_s = request.settings.deadline_s

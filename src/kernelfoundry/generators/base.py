@@ -33,6 +33,50 @@ class ParentKernel:
     speedup: float | None
     runtime_ms: float | None
     feedback: str = ""  # compile log or mismatch report, for repair
+    eager_ms: float | None = None  # the run's eager time (pooled median): what runtime_ms compares with
+    compile_ms: float | None = None  # torch.compile's likewise, when measured
+    roofline_fraction: float | None = None  # the roofline floor over runtime_ms (1.0: at the floor)
+    bound: str = ""  # what bounds that floor: "memory" (bytes / bandwidth) or "compute" (FLOPs / peak)
+
+
+@dataclass(frozen=True)
+class Inspiration:
+    """The elite of another archive cell: an example of what worked there."""
+
+    source: KernelSource
+    descriptors: Descriptors
+    speedup: float | None
+    runtime_ms: float | None
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """What became of one generator's candidates in a run: the evidence an ensemble weighs it by."""
+
+    evaluated: int = 0
+    correct: int = 0
+    improvements: int = 0  # archive outcomes improvement, new_cell or elite_replaced
+
+    def __post_init__(self) -> None:
+        if (
+            min(self.evaluated, self.correct, self.improvements) < 0
+            or max(self.correct, self.improvements) > self.evaluated
+        ):
+            raise ValueError(
+                f"a member record counts at most its evaluations as correct or improved, none below 0:"
+                f" evaluated {self.evaluated}, correct {self.correct}, improvements {self.improvements}"
+            )
+
+    @property
+    def correct_rate(self) -> float:
+        return (self.correct + 1) / (self.evaluated + 2)  # Laplace-smoothed: no record is 1/2
+
+    @property
+    def improvement_rate(self) -> float:
+        return (self.improvements + 1) / (self.evaluated + 4)
+
+
+_NO_RECORD: Mapping[str, MemberRecord] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -48,6 +92,11 @@ class GenerationRequest:
     count: int = 1
     seed: int = 0
     repair: bool = False
+    inspirations: tuple[Inspiration, ...] = ()  # elites of other cells, fastest first
+    hardware: str = ""  # the run's execution hardware, the device: e.g. cuda.h200, cpu.x86_64
+    build_target: str = ""  # what its kernels are compiled for: e.g. cuda.sm90
+    # the run's record per generator that wrote its candidates (an ensemble's members), from the evolver
+    member_record: Mapping[str, MemberRecord] = field(default_factory=lambda: _NO_RECORD)
 
     def __post_init__(self) -> None:
         if self.mutation is not None and self.mutation not in MUTATIONS:

@@ -67,7 +67,7 @@ def from_document(cls: type[R], document: dict[str, Any]) -> R:
         if value is not None and kind == "datetime":
             value = parse_datetime(value)
         elif value is not None and kind == "descriptors":
-            value = Descriptors(**{axis: int(value[axis]) for axis in AXES})
+            value = Descriptors.from_levels(value, missing=0)  # an axis added later reads as level 0
         values[name] = value
     try:
         return cls(**values)

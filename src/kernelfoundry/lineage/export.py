@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kernelfoundry.api.ids import is_candidate_id, is_run_id
+from kernelfoundry.ids import is_candidate_id, is_run_id
 from kernelfoundry.lineage.codec import from_document, to_document, to_json
 from kernelfoundry.lineage.errors import LineageError
 from kernelfoundry.lineage.records import (

@@ -9,6 +9,9 @@ the three standard streams) reach the target.
 found in /proc (see `process_tree` for the rule), through pidfds so a recycled pid is never hit; it
 reaps what is ours to reap.
 
+`spawn_tied` starts a trusted program (no sandbox) that ends with the process that started it, from the
+same spawner thread: the embedded stack's broker and services.
+
 `subreaper=True` makes the *spawning process* a child subreaper (PR_SET_CHILD_SUBREAPER, process-wide
 and permanent): orphans of any of its descendants are then re-parented to it instead of to init, so
 they can be found without namespaces and reaped by `kill_all`. A caller that sets it and also starts
@@ -17,6 +20,7 @@ other programs must reap their orphans too.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
@@ -26,9 +30,10 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -148,6 +153,47 @@ def become_subreaper() -> None:
         )
 
 
+_spawner: concurrent.futures.ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def _on_spawner_thread(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """Run `start` (the fork) on one long-lived thread of this process.
+
+    The launcher arms PR_SET_PDEATHSIG, which Linux fires when the *thread* that forked it exits, not
+    the process: a sandboxed process started from a short-lived thread (a request handled in a thread
+    pool, asyncio.to_thread) was killed when that thread ended, and the next request found it dead
+    (a judge "died with SIGKILL while judging" a candidate that had nothing to do with it). Forking
+    from one thread that lives as long as the process keeps the intended meaning: the sandboxed
+    process dies with the process that started it."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kf-sandbox-spawner")
+        spawner = _spawner
+    return spawner.submit(start).result()
+
+
+# Arms the parent-death signal, checks the parent is still the one that asked, then becomes the program.
+_TIED_LAUNCHER = (
+    "import ctypes,os,signal,sys;"
+    "ctypes.CDLL(None).prctl(1,signal.SIGKILL,0,0,0);"
+    "os.getppid()==int(sys.argv[1]) or os._exit(126);"
+    "os.execvp(sys.argv[2],sys.argv[2:])"
+)
+
+
+def spawn_tied(argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """Start a trusted helper program (the embedded stack's broker and services) that is killed when
+    this process ends, however it ends (SIGKILL included): a parent-death signal armed by a small
+    launcher before the program is exec'ed, forked from the long-lived spawner thread so that it means
+    "this process", not the calling thread. `popen` are subprocess.Popen's arguments."""
+    if not argv:
+        raise ValueError("argv is empty: nothing to run")
+    command = [sys.executable, "-I", "-S", "-c", _TIED_LAUNCHER, str(os.getpid()), *argv]
+    return _on_spawner_thread(lambda: subprocess.Popen(command, **popen))
+
+
 def spawn_sandboxed(
     argv: Sequence[str],
     policy: SandboxPolicy,
@@ -190,16 +236,18 @@ def spawn_sandboxed(
         *argv,
     ]
     try:
-        popen = subprocess.Popen(
-            command,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            cwd=cwd or policy.scratch,
-            env=environment,
-            pass_fds=(*pass_fds, status_write),
-            close_fds=True,
-            start_new_session=True,
+        popen = _on_spawner_thread(
+            lambda: subprocess.Popen(
+                command,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=cwd or policy.scratch,
+                env=environment,
+                pass_fds=(*pass_fds, status_write),
+                close_fds=True,
+                start_new_session=True,
+            )
         )
     finally:
         os.close(status_write)

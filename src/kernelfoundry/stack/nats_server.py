@@ -3,6 +3,9 @@
 Started with `-p -1` (a free port) and a ports file, so several stacks (and tests) can run side by side.
 Data lives under the given state folder, so a restart keeps the streams. A restart (after `stop` or
 `kill`) listens on the port the first start got: clients hold that URL and reconnect to it by themselves.
+The embedded stack's server is open (no users: one machine, loopback only); `config` adds nats-server
+configuration, e.g. the per-service users of kernelfoundry.bus.permissions, with `env` holding the
+variables it names (passwords).
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Mapping
 from pathlib import Path
+
+from kernelfoundry.sandbox.process import spawn_tied
 
 
 class NatsServerError(RuntimeError):
@@ -39,10 +45,20 @@ def server_binary() -> Path:
 
 
 class NatsServer:
-    def __init__(self, store_dir: Path, *, port: int = -1, log_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        store_dir: Path,
+        *,
+        port: int = -1,
+        log_file: Path | None = None,
+        config: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.store_dir = store_dir
         self.port = port
         self.log_file = log_file
+        self.config = config
+        self.env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -64,8 +80,14 @@ class NatsServer:
             "--ports_file_dir",
             str(ports_dir),
         ]
+        if self.config:
+            config_file = self.store_dir / "nats.conf"
+            config_file.write_text(self.config)
+            args += ["-c", str(config_file)]
         log = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
+        self.process = spawn_tied(  # ends with this process, even when it is killed
+            args, stdout=log, stderr=log, start_new_session=True, env={**os.environ, **self.env}
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kernelfoundry.domain.kernel import DEFAULT_ENTRY_POINT, KernelSource
-from kernelfoundry.domain.sweeps import SweepError, parse_tunables
+from kernelfoundry.domain.tunables import TunableError, parse_tunables
 from kernelfoundry.tasks.config import TaskConfig, parse_config_text
 from kernelfoundry.tasks.model import Task, TaskError
 from kernelfoundry.tasks.outline import outline_reference
@@ -137,7 +137,7 @@ def _initial_kernels(sections: list[Section], config: TaskConfig, origin: str) -
                 )
             try:
                 tunables = parse_tunables(section.body)
-            except SweepError as exc:
+            except TunableError as exc:
                 raise TaskError("bad_config", f"{where}: kernel section: {exc.message}") from exc
             kernels.append(
                 KernelSource(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelfoundry.domain.budgets import Budget
 from kernelfoundry.domain.kernel import KernelSource
 
 DEFAULT_SEEDS = 5
@@ -30,14 +31,6 @@ DEFAULT_SHAPES = (ShapeVariant("default"),)
 class Tolerance:
     atol: float
     rtol: float
-
-
-@dataclass(frozen=True)
-class Budget:
-    iterations: int = 8
-    wall_time_s: float | None = None
-    evaluations: int | None = None
-    patience: int | None = None  # stop after this many generations without improvement
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ executes user code in the calling process and never unpickles what the child sen
 
 A summary is cached on disk (`cache_dir`) under the hash of what decides it: the reference source, the
 shapes, the tolerance, the device and the torch version; refusals are not cached (free memory changes).
+The folder is bounded (`cache_bounds`, kernelfoundry.tasks.cache_bounds): least recently used summaries
+leave first.
 
 Failures raise TaskError: import_error, missing_model, missing_get_inputs, bad_shape, bad_inputs,
 bad_init_inputs, reference_error, no_tensor_output, degenerate_output, timeout, resource_limit,
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kernelfoundry.tasks.cache_bounds import DEFAULT_BOUNDS, CacheBounds, prune, touch
 from kernelfoundry.tasks.model import Task, TaskError
 from kernelfoundry.tasks.summary import TaskSummary
 
@@ -57,6 +60,7 @@ def validate_task(
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
     device: str = "cpu",
     cache_dir: Path | None = None,
+    cache_bounds: CacheBounds = DEFAULT_BOUNDS,
 ) -> TaskSummary:
     """Run the reference of every shape in a child on `device`; return what it learned or raise TaskError."""
     key = cache_key(task, device)
@@ -64,7 +68,7 @@ def validate_task(
     if cached is not None:
         return cached
     summary = _validate_in_child(task, timeout_s, memory_limit_bytes, device)
-    _write_cache(cache_dir, key, summary)
+    _write_cache(cache_dir, key, summary, cache_bounds)
     return summary
 
 
@@ -94,19 +98,23 @@ def _read_cache(cache_dir: Path | None, key: str) -> TaskSummary | None:
         return None
     path = Path(cache_dir) / f"{key}.json"
     try:
-        return TaskSummary.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        summary = TaskSummary.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent or unreadable: validate again and rewrite it
+    touch(path)  # recently used: the last to leave when the folder is trimmed
+    return summary
 
 
-def _write_cache(cache_dir: Path | None, key: str, summary: TaskSummary) -> None:
+def _write_cache(cache_dir: Path | None, key: str, summary: TaskSummary, bounds: CacheBounds) -> None:
     if cache_dir is None:
         return
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         partial = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
         partial.write_text(json.dumps(summary.to_dict()), encoding="utf-8")
-        partial.replace(Path(cache_dir) / f"{key}.json")
+        written = Path(cache_dir) / f"{key}.json"
+        partial.replace(written)
+        prune(Path(cache_dir), bounds, keep=written)
 
 
 @dataclass

@@ -4,13 +4,17 @@ Each metric is declared as a `MetricSpec` (name, kind, help, labels) so the dash
 tests can check themselves against this one list; `Metrics` builds them into a dedicated
 `CollectorRegistry` per process (never the global default registry), so tests create fresh ones freely.
 
-Labels are low-cardinality only: service, subject_kind, consumer, hardware, outcome, reason, generator,
-kind, status and task (bounded by the user's tasks). This module must never label by candidate id, run id,
-source hash or anything else that grows without bound, and it imports no transport.
+Labels are low-cardinality only: service, subject_kind, consumer, hardware, device (one per executor's
+device), outcome, reason, generator, member (an ensemble's configured members), kind, status and task.
+Task names are client text, so the task label is bounded here (`TaskLabels`): the first
+`max_task_labels` distinct names a process sees get a series of their own, every later one is counted
+under `OTHER_TASKS`. This module must never label by candidate id,
+run id, source hash or anything else that grows without bound, and it imports no transport.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +35,12 @@ MESSAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 COMPILE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 # An evaluation runs every shape and seed plus baselines, and is bounded by its deadline.
 EVALUATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Distinct task label values one process exposes before the rest share OTHER_TASKS.
+MAX_TASK_LABELS = 100
+# Not a task name: names are [A-Za-z0-9_.+-] (protos/kernelfoundry/v1/task.proto), so no task can take it.
+OTHER_TASKS = "(other)"
+# A finished run's speedup over eager: slower than eager (a failed search) to far beyond it.
+SPEEDUP_BUCKETS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -99,6 +109,22 @@ GENERATION_COST = MetricSpec(
     "Estimated generator spend in US dollars from the provider's token prices.",
     ("generator",),
 )
+ENSEMBLE_WEIGHT = MetricSpec(
+    "kf_ensemble_member_weight",
+    "gauge",
+    "Each ensemble member's current draw weight, per generator (the ensemble's name): its configured weight "
+    "times its record (correct and improvement rates relative to the other members'); 0 while it is taken "
+    "out after repeated provider failures.",
+    ("generator", "member"),
+)
+ENSEMBLE_OUTCOMES = MetricSpec(
+    "kf_ensemble_member_outcomes_total",
+    "counter",
+    "What became of each ensemble member's work: its evaluated candidates' archive outcomes (improvement, "
+    "new_cell, elite_replaced, neutral, regression, failed), its answers without a usable kernel "
+    "(no_kernel) and its provider's failures (provider_failure: the request went to the next member).",
+    ("generator", "member", "outcome"),
+)
 COMPILES = MetricSpec(
     "kf_compiles_total",
     "counter",
@@ -138,12 +164,46 @@ EVALUATION_DURATION = MetricSpec(
     ("hardware",),
     EVALUATION_BUCKETS,
 )
+EXECUTOR_BUSY = MetricSpec(
+    "kf_executor_busy_seconds_total",
+    "counter",
+    "Seconds an executor spent evaluating, by hardware and the device it owns (cpu, cuda:<index>); its "
+    "rate is the share of time the device had an evaluation.",
+    ("hardware", "device"),
+)
 KERNEL_SPEEDUP = MetricSpec(
     "kf_kernel_speedup",
     "gauge",
     "Best run speedup over PyTorch eager so far, per task and hardware: each finished run's one figure "
-    "(pooled eager median over the re-timed best kernel, kernelfoundry.domain.speedup).",
+    "(pooled eager median over the re-timed best kernel, kernelfoundry.domain.speedup). Tasks beyond the "
+    f"first {MAX_TASK_LABELS} a service saw share the task label {OTHER_TASKS!r}.",
     ("task", "hardware"),
+)
+RUN_SPEEDUP = MetricSpec(
+    "kf_run_speedup",
+    "histogram",
+    "Each finished run's one speedup figure over PyTorch eager, per task and hardware: the distribution of "
+    f"what runs achieve (kf_kernel_speedup keeps only the best). Tasks beyond the first {MAX_TASK_LABELS} a "
+    f"service saw share the task label {OTHER_TASKS!r}.",
+    ("task", "hardware"),
+    SPEEDUP_BUCKETS,
+)
+RUN_MEDIAN = MetricSpec(
+    "kf_run_median_seconds",
+    "gauge",
+    "The last finished run's medians per task and hardware, by kind: kernel (its best kernel, re-timed), "
+    "eager (the run's pooled PyTorch eager median) and torch_compile (torch.compile beside the best kernel, "
+    f"when the executor measures it). Tasks beyond the first {MAX_TASK_LABELS} a service saw share the task "
+    f"label {OTHER_TASKS!r}.",
+    ("task", "hardware", "kind"),
+)
+ARCHIVE_BEST_SPEEDUP = MetricSpec(
+    "kf_archive_best_speedup",
+    "gauge",
+    "The best elite's speedup over eager in the latest archive update, per task: a run's progress while it "
+    f"runs (kf_kernel_speedup moves only when a run ends). Tasks beyond the first {MAX_TASK_LABELS} a "
+    f"service saw share the task label {OTHER_TASKS!r}.",
+    ("task",),
 )
 RUNS_ACTIVE = MetricSpec("kf_runs_active", "gauge", "Evolution runs in progress.")
 RUNS = MetricSpec(
@@ -155,7 +215,8 @@ RUNS = MetricSpec(
 ARCHIVE_CELLS_FILLED = MetricSpec(
     "kf_archive_cells_filled",
     "gauge",
-    "MAP-Elites archive cells holding an elite, per task (64 cells: 3 axes of 4 levels).",
+    "MAP-Elites archive cells holding an elite, per task (64 cells: 3 axes of 4 levels); tasks beyond the "
+    f"first {MAX_TASK_LABELS} a service saw share the task label {OTHER_TASKS!r}.",
     ("task",),
 )
 STORE_EVENTS_WRITTEN = MetricSpec(
@@ -180,13 +241,19 @@ ALL_METRICS: tuple[MetricSpec, ...] = (
     GENERATIONS,
     GENERATION_TOKENS,
     GENERATION_COST,
+    ENSEMBLE_WEIGHT,
+    ENSEMBLE_OUTCOMES,
     COMPILES,
     COMPILE_DURATION,
     BUILD_CACHE_HITS,
     EVALUATIONS,
     EVALUATION_FAILURES,
     EVALUATION_DURATION,
+    EXECUTOR_BUSY,
     KERNEL_SPEEDUP,
+    RUN_SPEEDUP,
+    RUN_MEDIAN,
+    ARCHIVE_BEST_SPEEDUP,
     RUNS_ACTIVE,
     RUNS,
     ARCHIVE_CELLS_FILLED,
@@ -206,6 +273,28 @@ def subject_kind(subject: str) -> str:
     return parts[1]
 
 
+class TaskLabels:
+    """The task label of a task name, bounded: the first `limit` distinct names keep their own value, any
+    later one is `OTHER_TASKS`, so no client can add series without end by naming tasks."""
+
+    def __init__(self, limit: int = MAX_TASK_LABELS) -> None:
+        self.limit = max(0, limit)
+        self._known: set[str] = set()
+        self._lock = Lock()
+
+    def __call__(self, task: str) -> str:
+        with self._lock:
+            if task in self._known:
+                return task
+            if len(self._known) < self.limit:
+                self._known.add(task)
+                return task
+            return OTHER_TASKS
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
 class MessageObservation:
     """Outcome holder for one message; the handler sets `outcome` before the block ends."""
 
@@ -222,7 +311,13 @@ class Metrics:
     one. Registering the same registry twice raises ValueError from prometheus_client (duplicate series).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, process_collectors: bool = True) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        process_collectors: bool = True,
+        max_task_labels: int = MAX_TASK_LABELS,
+    ) -> None:
         if registry is None:
             registry = CollectorRegistry(auto_describe=True)
             if process_collectors:
@@ -230,6 +325,7 @@ class Metrics:
                 PlatformCollector(registry=registry)
                 GCCollector(registry=registry)
         self.registry = registry
+        self.task_label = TaskLabels(max_task_labels)
         self._best_speedup: dict[tuple[str, str], float] = {}
         self._best_lock = Lock()
 
@@ -240,13 +336,19 @@ class Metrics:
         self.generations_total = self._counter(GENERATIONS)
         self.generation_tokens_total = self._counter(GENERATION_TOKENS)
         self.generation_cost_usd_total = self._counter(GENERATION_COST)
+        self.ensemble_member_weight = self._gauge(ENSEMBLE_WEIGHT)
+        self.ensemble_member_outcomes_total = self._counter(ENSEMBLE_OUTCOMES)
         self.compiles_total = self._counter(COMPILES)
         self.compile_duration_seconds = self._histogram(COMPILE_DURATION)
         self.build_cache_hits_total = self._counter(BUILD_CACHE_HITS)
         self.evaluations_total = self._counter(EVALUATIONS)
         self.evaluation_failures_total = self._counter(EVALUATION_FAILURES)
         self.evaluation_duration_seconds = self._histogram(EVALUATION_DURATION)
+        self.executor_busy_seconds_total = self._counter(EXECUTOR_BUSY)
         self.kernel_speedup = self._gauge(KERNEL_SPEEDUP)
+        self.run_speedup = self._histogram(RUN_SPEEDUP)
+        self.run_median_seconds = self._gauge(RUN_MEDIAN)
+        self.archive_best_speedup = self._gauge(ARCHIVE_BEST_SPEEDUP)
         self.runs_active = self._gauge(RUNS_ACTIVE)
         self.runs_total = self._counter(RUNS)
         self.archive_cells_filled = self._gauge(ARCHIVE_CELLS_FILLED)
@@ -286,20 +388,63 @@ class Metrics:
                 service=service, subject_kind=kind, outcome=observation.outcome
             ).inc()
 
-    def record_speedup(self, task: str, hardware: str, speedup: float) -> float:
-        """Raise the best-so-far speedup gauge for (task, hardware) if `speedup` beats it.
+    def record_archive_cells(self, task: str, cells: int, best_speedup: float | None = None) -> None:
+        """Set the archive gauges of the task's (bounded) label: cells filled and, when given, the best
+        elite's speedup (ignored unless finite and positive)."""
+        label = self.task_label(task)
+        self.archive_cells_filled.labels(task=label).set(cells)
+        if best_speedup is not None and _measured(best_speedup):
+            self.archive_best_speedup.labels(task=label).set(best_speedup)
 
-        Fed with a finished run's reported figure (RunProgress.speedup), never with one evaluation's ratio:
-        a single noisy eager timing must not set the gauge.
+    def record_speedup(self, task: str, hardware: str, speedup: float) -> float:
+        """One finished run's reported figure (RunProgress.speedup): observed in the run-speedup
+        distribution, and the best-so-far gauge for (task, hardware) raised if it beats it (tasks beyond
+        the label bound share OTHER_TASKS: its value is the best of all of them).
+
+        Call it once per finished run, never with one evaluation's ratio (a single noisy eager timing must
+        not set the gauge) nor to rebuild the gauge after a restart (`restore_best_speedup`: a restored
+        figure is not a new run).
 
         Returns the best speedup after the update. Non-finite or non-positive values are ignored: they
         come from failed timings, never from a faster kernel.
         """
+        if _measured(speedup):
+            self.run_speedup.labels(task=self.task_label(task), hardware=hardware).observe(speedup)
+        return self.restore_best_speedup(task, hardware, speedup)
+
+    def restore_best_speedup(self, task: str, hardware: str, speedup: float) -> float:
+        """Raise the best-so-far gauge only (a figure read back from the lineage store after a restart);
+        returns the best after the update, 0.0 if there is none."""
+        task = self.task_label(task)
         key = (task, hardware)
         with self._best_lock:
             best = self._best_speedup.get(key)
-            if speedup > 0 and speedup != float("inf") and (best is None or speedup > best):
+            if _measured(speedup) and (best is None or speedup > best):
                 best = speedup
                 self._best_speedup[key] = best
                 self.kernel_speedup.labels(task=task, hardware=hardware).set(best)
             return best if best is not None else 0.0
+
+    def record_run_figure(
+        self,
+        task: str,
+        hardware: str,
+        *,
+        speedup: float,
+        kernel_ms: float,
+        eager_ms: float,
+        compile_ms: float = 0.0,
+    ) -> float:
+        """A finished run's figure with the medians it came from (RunProgress.speedup: kernel_ms, eager_ms,
+        compile_ms; 0 where not measured): `record_speedup`, and the medians of kf_run_median_seconds
+        (a kind not measured is left as the previous run set it). Returns the best speedup after it."""
+        label = self.task_label(task)
+        for kind, ms in (("kernel", kernel_ms), ("eager", eager_ms), ("torch_compile", compile_ms)):
+            if _measured(ms):
+                self.run_median_seconds.labels(task=label, hardware=hardware, kind=kind).set(ms / 1000.0)
+        return self.record_speedup(task, hardware, speedup)
+
+
+def _measured(value: float) -> bool:
+    """A value a timing can produce: finite and positive (NaN, inf, 0 and below come from failures)."""
+    return math.isfinite(value) and value > 0

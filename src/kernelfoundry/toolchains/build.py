@@ -9,7 +9,6 @@ with `nm -D --defined-only` (the compiler service never loads untrusted code).
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from kernelfoundry.abi import include_dir
 from kernelfoundry.domain.kernel import KernelSource, TunableValue
+from kernelfoundry.domain.tunables import is_define_name, is_define_value, value_text
 from kernelfoundry.toolchains.cache import BuildCache, build_key
 from kernelfoundry.toolchains.result import (
     BAD_DEFINE,
@@ -39,8 +39,6 @@ from kernelfoundry.toolchains.toolchain import Toolchain, UnsupportedTarget, too
 ABI_VERSION_SYMBOL = "kf_abi_version"
 UNIT_STEM = "unit"
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DEFINE_VALUE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
 _RESOURCE_SIGNS = (
     "virtual memory exhausted",
     "out of memory",
@@ -57,10 +55,10 @@ def define_flags(defines: Mapping[str, TunableValue]) -> tuple[str, ...]:
     """`-DNAME=value` per define, sorted; raises ValueError for a name or value that is not a token."""
     flags = []
     for name, value in sorted(defines.items()):
-        text = str(value)
-        if not _IDENTIFIER.match(name):
+        text = value_text(value)
+        if not is_define_name(name):
             raise ValueError(f"define name `{name}` is not a C identifier")
-        if not _DEFINE_VALUE.match(text):
+        if not is_define_value(text):
             raise ValueError(f"define {name}=`{text}` is not a single token ([A-Za-z0-9_.+-])")
         flags.append(f"-D{name}={text}")
     return tuple(flags)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
 
-Backend = Literal["cpu", "cuda"]
-BACKENDS: tuple[str, ...] = get_args(Backend)
+from kernelfoundry.toolchains.toolchain import TOOLCHAINS
+
+Backend = str  # one of BACKENDS
+BACKENDS: tuple[str, ...] = tuple(TOOLCHAINS)
 
 _ARCH_TOKEN = re.compile(r"^[a-z0-9_]+$")
 
@@ -42,7 +43,7 @@ class BuildTarget:
             raise ValueError(
                 f"unknown backend `{backend}` in build target `{token}` (known: {', '.join(BACKENDS)})"
             )
-        return cls(cast(Backend, backend), arch)
+        return cls(backend, arch)
 
     def subject_token(self) -> str:
         return f"{self.backend}.{self.arch}"

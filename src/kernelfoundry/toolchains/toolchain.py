@@ -1,18 +1,31 @@
-"""The one interface every compiler backend implements, and the choice of backend by build target.
+"""The one interface every compiler backend implements, and the choice of toolchain by build target.
 
 A toolchain knows its executable, its version, the flags for a target and how to spell a command
 line; running that command (sandboxed), caching and checking the result are shared by all
-backends (kernelfoundry.toolchains.build). Adding a backend is one module plus one line in
-`_FACTORIES`. Toolchains never run a build themselves.
+backends (kernelfoundry.toolchains.build). Toolchains never run a build themselves.
+
+`TOOLCHAINS` is the compile side's list of backends: backend name -> the toolchain class that builds
+for it, as "module:Class" (imported on first use, so naming a backend imports no compiler module).
+Build targets accept exactly these backends (kernelfoundry.toolchains.target.BACKENDS). Adding a
+backend is one toolchain module plus one line here (and, for evaluation, one in
+kernelfoundry.evaluation.backends); see docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from kernelfoundry.toolchains.target import BuildTarget
+if TYPE_CHECKING:  # target.py reads TOOLCHAINS at import time
+    from kernelfoundry.toolchains.target import BuildTarget
+
+TOOLCHAINS: dict[str, str] = {
+    "cpu": "kernelfoundry.toolchains.gxx:GxxToolchain",
+    "cuda": "kernelfoundry.toolchains.nvcc:NvccToolchain",
+    "cpu_clang": "kernelfoundry.toolchains.clang:ClangToolchain",
+}
 
 
 class UnsupportedTarget(ValueError):
@@ -40,19 +53,6 @@ class Toolchain(Protocol):
 
 def toolchain_for(target: BuildTarget) -> Toolchain:
     """The default toolchain for a target's backend."""
-    return _FACTORIES[target.backend]()
-
-
-def _gxx() -> Toolchain:
-    from kernelfoundry.toolchains.gxx import GxxToolchain
-
-    return GxxToolchain()
-
-
-def _nvcc() -> Toolchain:
-    from kernelfoundry.toolchains.nvcc import NvccToolchain
-
-    return NvccToolchain()
-
-
-_FACTORIES: dict[str, Callable[[], Toolchain]] = {"cpu": _gxx, "cuda": _nvcc}
+    module, _, name = TOOLCHAINS[target.backend].partition(":")
+    toolchain: Toolchain = getattr(importlib.import_module(module), name)()
+    return toolchain

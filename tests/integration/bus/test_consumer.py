@@ -9,7 +9,7 @@ import pytest
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, Delivery, Reject, Retry, decoder_for
-from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.bus.jetstream import JetStreamBus, Outgoing
 from kernelfoundry.stack.nats_server import NatsServer
 from kernelfoundry.v1 import build_pb2, run_pb2
 
@@ -42,7 +42,7 @@ async def run_until(consumer: Consumer, condition, timeout: float = 15.0) -> Non
         await asyncio.wait_for(task, 5)
 
 
-async def dead_letters(bus: Bus) -> list[run_pb2.DeadLetter]:
+async def dead_letters(bus: JetStreamBus) -> list[run_pb2.DeadLetter]:
     sub = await bus.js.pull_subscribe(f"{subjects.DEADLETTER_PREFIX}.>", stream=subjects.DEADLETTER_STREAM)
     letters = []
     try:
@@ -56,7 +56,7 @@ async def dead_letters(bus: Bus) -> list[run_pb2.DeadLetter]:
 
 
 async def test_publish_with_the_same_message_id_is_stored_once(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     message = build_pb2.CompileCandidate(candidate_id="c1")
     assert await bus.publish(SUBJECT, message, "compile-c1") is False
     assert await bus.publish(SUBJECT, message, "compile-c1") is True
@@ -66,7 +66,7 @@ async def test_publish_with_the_same_message_id_is_stored_once(nats_server: Nats
 
 
 async def test_handler_outputs_are_published_and_the_message_acked(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     seen: list[str] = []
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
@@ -86,7 +86,7 @@ async def test_handler_outputs_are_published_and_the_message_acked(nats_server: 
 
 
 async def test_undecodable_message_is_dead_lettered_with_its_reason(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
         raise AssertionError("never called for poison")
@@ -100,8 +100,35 @@ async def test_undecodable_message_is_dead_lettered_with_its_reason(nats_server:
     await bus.close()
 
 
+async def test_an_event_two_consumers_give_up_on_leaves_a_letter_from_each(nats_server: NatsServer) -> None:
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
+
+    async def handler(message: build_pb2.CandidateCompiled, delivery: Delivery) -> Sequence[Outgoing]:
+        raise AssertionError("never called for poison")
+
+    consumers = [
+        Consumer(
+            bus,
+            spec(stream=subjects.EVENTS_STREAM, durable=name, filter_subjects=(subjects.CANDIDATE_COMPILED,)),
+            decoder_for(build_pb2.CandidateCompiled),
+            handler,
+            service=name,
+        )
+        for name in ("test-store", "test-evolver")
+    ]
+    await bus.js.publish(subjects.CANDIDATE_COMPILED, b"\xff\xff poison", headers={"Nats-Msg-Id": "p"})
+    for consumer in consumers:
+        await run_until(consumer, lambda c=consumer: c.stats.dead_lettered == 1)  # type: ignore[misc]
+    letters = await dead_letters(bus)
+    assert sorted((letter.service, letter.reason) for letter in letters) == [
+        ("test-evolver", "undecodable"),
+        ("test-store", "undecodable"),
+    ]
+    await bus.close()
+
+
 async def test_rejected_message_is_dead_lettered_at_once(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
         raise Reject("bad_request", "no such build target")
@@ -115,7 +142,7 @@ async def test_rejected_message_is_dead_lettered_at_once(nats_server: NatsServer
 
 
 async def test_failing_handler_is_retried_then_dead_lettered_not_looped(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     calls: list[int] = []
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
@@ -134,7 +161,7 @@ async def test_failing_handler_is_retried_then_dead_lettered_not_looped(nats_ser
 
 
 async def test_retry_redelivers_the_message(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     calls: list[int] = []
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
@@ -151,7 +178,7 @@ async def test_retry_redelivers_the_message(nats_server: NatsServer) -> None:
 
 
 async def test_long_handler_keeps_its_message_with_heartbeats(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     calls: list[int] = []
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
@@ -169,7 +196,7 @@ async def test_long_handler_keeps_its_message_with_heartbeats(nats_server: NatsS
 
 @pytest.mark.timeout(60)
 async def test_consumer_rebinds_after_a_broker_restart(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     seen: list[str] = []
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
@@ -204,7 +231,7 @@ async def test_consumer_rebinds_after_a_broker_restart(nats_server: NatsServer) 
         restarted.stop()
 
 
-async def settled(bus: Bus):  # type: ignore[no-untyped-def]
+async def settled(bus: JetStreamBus):  # type: ignore[no-untyped-def]
     """The test consumer's info once no ack is outstanding (an ack is a publish: the server applies it
     a moment later), or as it is after 5 s."""
     for _ in range(50):
@@ -216,7 +243,7 @@ async def settled(bus: Bus):  # type: ignore[no-untyped-def]
 
 
 async def test_a_consumer_with_concurrency_handles_several_messages_at_once(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     inside = 0
     most = 0
     all_in = asyncio.Event()
@@ -244,7 +271,7 @@ async def test_a_consumer_with_concurrency_handles_several_messages_at_once(nats
 
 
 async def test_stopping_a_concurrent_consumer_lets_started_messages_finish(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     started = asyncio.Event()
     finished: list[str] = []
 
@@ -269,7 +296,7 @@ async def test_stopping_a_concurrent_consumer_lets_started_messages_finish(nats_
     await bus.close()
 
 
-async def compile_events(bus: Bus) -> list[build_pb2.CandidateCompiled]:
+async def compile_events(bus: JetStreamBus) -> list[build_pb2.CandidateCompiled]:
     sub = await bus.js.pull_subscribe(subjects.CANDIDATE_COMPILED, stream=subjects.EVENTS_STREAM)
     try:
         msgs = await sub.fetch(10, timeout=1.0)
@@ -279,7 +306,7 @@ async def compile_events(bus: Bus) -> list[build_pb2.CandidateCompiled]:
 
 
 async def test_a_rejected_work_request_ends_its_work_with_a_failure_event(nats_server: NatsServer) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
         raise Reject("bad_request", "no such build target")
@@ -297,7 +324,7 @@ async def test_a_rejected_work_request_ends_its_work_with_a_failure_event(nats_s
 async def test_a_request_delivered_too_often_is_dead_lettered_with_a_failure_event(
     nats_server: NatsServer,
 ) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     calls: list[int] = []
 
     async def handler(message: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:
@@ -319,7 +346,7 @@ async def test_a_request_delivered_too_often_is_dead_lettered_with_a_failure_eve
 async def test_a_result_published_before_the_dead_letter_wins_over_its_failure_event(
     nats_server: NatsServer,
 ) -> None:
-    bus = await Bus.connect(nats_server.url, name="t")
+    bus = await JetStreamBus.connect(nats_server.url, name="t")
     built = build_pb2.CandidateCompiled(candidate_id="c1", run_id="r1", ok=True)
     await bus.publish(subjects.CANDIDATE_COMPILED, built, "compiled-c1")  # a worker killed before its ack
 

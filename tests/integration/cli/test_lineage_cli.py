@@ -14,17 +14,16 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from typer.testing import CliRunner
 
 from kernelfoundry.cli.main import app
+from kernelfoundry.client import LineageClient
 from kernelfoundry.domain.descriptors import Descriptors
 from kernelfoundry.lineage import (
     ArchiveSnapshot,
@@ -34,10 +33,8 @@ from kernelfoundry.lineage import (
     LineageRepository,
     RunRecord,
     UsageRecord,
-    open_repository,
 )
-from kernelfoundry.services.store.api import LineageApi
-from kernelfoundry.v1 import lineage_pb2_grpc
+from tests.integration.lineage_server import StoreServer
 
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
@@ -173,41 +170,6 @@ async def fill(repository: LineageRepository) -> None:
                 recorded_at=at(5),
             )
         )
-
-
-class StoreServer:
-    """The store's lineage API over a SQLite file, served on a free port from a background event loop."""
-
-    def __init__(self, db: Path, seed: Callable[[LineageRepository], Awaitable[None]] | None = None) -> None:
-        self.db, self.seed = db, seed
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.address = ""
-
-    def __enter__(self) -> StoreServer:
-        self.thread.start()
-        self.address = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-    async def _start(self) -> str:
-        self.repository = await open_repository(f"sqlite:///{self.db.resolve()}")
-        if self.seed is not None:
-            await self.seed(self.repository)
-        self.server = grpc.aio.server()
-        lineage_pb2_grpc.add_LineageServiceServicer_to_server(LineageApi(self.repository), self.server)
-        port = self.server.add_insecure_port("127.0.0.1:0")
-        await self.server.start()
-        return f"127.0.0.1:{port}"
-
-    async def _stop(self) -> None:
-        await self.server.stop(grace=None)
-        await self.repository.close()
 
 
 @pytest.fixture(scope="module")
@@ -348,6 +310,24 @@ def test_usage_totals_by_generator_and_by_run(store: StoreServer) -> None:
     assert [(t["key"], t["requests"]) for t in by_run["totals"]] == [("run-a", 3), ("run-b", 1)]
     one_run = kf_json(store, "usage", "--run", "run-b")
     assert [(t["key"], t["cost_usd"]) for t in one_run["totals"]] == [("openai", 0.125)]
+
+
+def test_a_run_s_history_carries_its_usage_records_for_resume(store: StoreServer) -> None:
+    async def history() -> list[tuple[str, str, int, int, float]]:
+        client = LineageClient(store.address)
+        try:
+            found = await client.run_history("run-a")
+        finally:
+            await client.close()
+        return [
+            (u.usage_id, u.generator, u.prompt_tokens, u.completion_tokens, u.cost_usd) for u in found.usage
+        ]
+
+    assert sorted(asyncio.run(history())) == [
+        ("u1", "openai", 100, 40, 0.25),
+        ("u2", "openai", 200, 60, 0.5),
+        ("u3", "heuristic", 0, 0, 0.0),
+    ]
 
 
 # ---- tables ----

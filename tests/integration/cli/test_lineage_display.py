@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kernelfoundry.lineage import EvaluationRecord, LineageRepository, RunRecord
-from tests.integration.cli.test_lineage_cli import StoreServer, kf
+from tests.integration.cli.test_lineage_cli import kf
+from tests.integration.lineage_server import StoreServer
 
 LONG_LINE = "    # " + "a comment that is much longer than eighty columns, " * 3 + "END"
 SOURCE = f"import torch\n\ndef get_inputs():\n{LONG_LINE}\n    return [torch.randn(4, 4)]\n"

@@ -18,5 +18,8 @@ def units(tmp_path_factory: pytest.TempPathFactory) -> Units:
 
 @pytest.fixture(scope="session")
 def worker() -> Iterator[EvaluationWorker]:
-    with EvaluationWorker("cpu", cpu_threads=2) as shared:
+    """Shared by the session's tests, so it never retires its judge (MAX_EVALUATIONS_PER_CHILD): a test
+    comparing the judge's pid before and after a candidate would otherwise fail whenever the retirement
+    fell between, depending on how many tests ran before it."""
+    with EvaluationWorker("cpu", cpu_threads=2, max_evaluations_per_child=1_000_000) as shared:
         yield shared

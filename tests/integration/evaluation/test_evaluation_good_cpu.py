@@ -27,6 +27,11 @@ def test_good_unit_is_correct_on_every_shape_and_timed(units: Units, worker: Eva
     assert report.max_abs_error is not None and report.max_abs_error < 1e-4
     assert "float64 reference, compared in float32" in report.precision
     assert report.compile_baseline_ms is None  # off by default on CPU
+    # a*b+a moves 3 float32 tensors per shape (12 bytes an element) and is memory-bound
+    assert report.bound == "memory" and report.floor_ms and report.roofline_fraction
+    assert all(s.floor_ms for s in report.per_shape)
+    assert report.floor_ms == sum(s.floor_ms or 0.0 for s in report.per_shape)
+    assert report.roofline_fraction == report.floor_ms / report.runtime_ms
     assert EvaluationReport.from_dict(report.to_dict()) == report
 
 
@@ -81,3 +86,35 @@ def test_timed_runs_wait_for_the_build_in_flight_on_this_host(
     evaluation.join(60)
     assert done and done[0] > 0
     assert time.monotonic() - released < 60
+
+
+def test_baselines_are_reused_while_young_enough_and_say_their_age(
+    units: Units, worker: EvaluationWorker
+) -> None:
+    """CPU times them beside every candidate by default; allowed an age, the next candidate of the
+    same task and shape reuses them, and its report says how old they are."""
+    beside = units.request("good_fma")
+    first = worker.evaluate(beside)
+    again = worker.evaluate(beside)
+    assert first.correct and again.correct, (first.message, again.message)
+    assert first.baseline_age_s == 0.0 and again.baseline_age_s == 0.0
+    reusing = replace(beside, settings=replace(beside.settings, baseline_max_age_s=600.0))
+    timed = worker.evaluate(reusing)
+    reused = worker.evaluate(reusing)
+    assert timed.correct and reused.correct, (timed.message, reused.message)
+    assert reused.baseline_ms == timed.baseline_ms and reused.baseline_age_s and reused.baseline_age_s > 0
+    assert any("reused from" in note for note in reused.notes), reused.notes
+
+
+def test_a_far_slower_candidate_is_screened_out(units: Units, worker: EvaluationWorker) -> None:
+    """A short verified screen first; the full protocol only for a candidate that can matter."""
+    request = units.request("good_fma")
+    hopeless = worker.evaluate(replace(request, settings=replace(request.settings, screen_above_ms=1e-6)))
+    assert hopeless.correct and hopeless.screened, hopeless.message
+    assert hopeless.counters["screen_runs"] == 10 and hopeless.counters["timed_runs"] == 0
+    assert hopeless.counters["checked_timed_runs"] >= 3  # the screen's calls are verified too
+    assert hopeless.runtime_ms and hopeless.speedup and "screen" in hopeless.phases_ms
+    assert any("screened out" in note for note in hopeless.notes), hopeless.notes
+    promising = worker.evaluate(replace(request, settings=replace(request.settings, screen_above_ms=1e6)))
+    assert promising.correct and not promising.screened, promising.message
+    assert promising.counters["screen_runs"] == 10 and promising.counters["timed_runs"] > 0

@@ -9,10 +9,6 @@ from evaluation_fixtures import CPU_UNITS, FMA, FMA_TWO_SHAPES, Units, expected_
 
 from kernelfoundry.evaluation import EvaluationWorker, reasons
 
-# Premises changed by the sealed evaluation: on the CPU the runner maps inputs read-only, so a unit that
-# writes one dies of SIGSEGV in its runner (reported as `crash`, the message naming the read-only mapping).
-CPU_REASON = {reasons.INPUT_MODIFIED: reasons.CRASH}
-
 PLANTED = sorted(
     p
     for p in CPU_UNITS.glob("*.cpp")
@@ -26,7 +22,10 @@ def test_planted_unit_is_rejected_with_its_reason(unit: Path, units: Units, work
     the_task = FMA_TWO_SHAPES if expected == reasons.CORRECT_ONLY_FIRST_SHAPE else FMA
     settings = with_deadline(3.0) if expected == reasons.TIMEOUT else with_deadline(60.0)
     report = worker.evaluate(units.request(unit.stem, the_task, settings=settings))
-    assert report.reason == CPU_REASON.get(expected, expected), report.message
+    # A stale answer is named cached_result only when the answer for the old values is known (the
+    # previous call on that set was checked); otherwise the same catch reads timed_run_wrong.
+    accepted = {expected, "timed_run_wrong"} if expected == "cached_result" else {expected}
+    assert report.reason in accepted, report.message
     assert not report.correct
     assert report.speedup is None and report.runtime_ms is None
     assert report.message
@@ -53,10 +52,13 @@ def test_crash_names_the_signal_and_costs_only_the_runner(units: Units, worker: 
     assert worker.child_pid == judge  # the candidate ran in a runner; the judge never loaded it
 
 
-def test_writing_an_input_faults_in_the_runner(units: Units, worker: EvaluationWorker) -> None:
+def test_writing_an_input_faults_in_the_runner_and_is_reported_as_such(
+    units: Units, worker: EvaluationWorker
+) -> None:
     report = worker.evaluate(units.request("modifies_input"))
-    assert report.reason == reasons.CRASH
-    assert "read-only" in report.message
+    assert report.reason == reasons.INPUT_MODIFIED, report.message
+    assert "wrote into input set" in report.message and "read-only" in report.message
+    assert worker.evaluate(units.request("good_fma")).correct  # the runner went, the judge serves on
 
 
 def test_hang_costs_only_the_runner(units: Units, worker: EvaluationWorker) -> None:

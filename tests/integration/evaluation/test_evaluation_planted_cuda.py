@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,4 +37,5 @@ def test_planted_cuda_unit_gets_its_reason(unit: Path, cuda_worker: EvaluationWo
     expected = expected_reason(unit)
     settings = with_deadline(15.0 if expected == "timeout" else 120.0)
     report = cuda_worker.evaluate(EvaluationRequest(the_task, source, built.artifact, "cuda:0", settings))
-    assert report.reason == (None if expected == "ok" else expected), report.message
+    shown = json.dumps(report.to_dict(), default=str)
+    assert report.reason == (None if expected == "ok" else expected), shown

@@ -105,10 +105,12 @@ def test_judge_is_hardened_and_never_maps_a_unit(units: Units, worker: Evaluatio
     assert artifact.name not in maps and "kf-unit-" not in maps
 
 
-def test_judge_releases_its_shared_memory_after_each_evaluation(
-    units: Units, worker: EvaluationWorker
-) -> None:
-    def memfds() -> int:
+def test_judge_releases_its_shared_memory_after_each_evaluation(units: Units) -> None:
+    """A worker of its own: the session's shared worker retires its judge every
+    MAX_EVALUATIONS_PER_CHILD evaluations, which made the judge's pid vanish here depending on how many
+    tests ran before."""
+
+    def memfds(worker: EvaluationWorker) -> int:
         found = 0
         for fd in Path(f"/proc/{worker.child_pid}/fd").iterdir():
             try:
@@ -117,10 +119,11 @@ def test_judge_releases_its_shared_memory_after_each_evaluation(
                 continue
         return found
 
-    assert worker.evaluate(units.request("good_fma")).correct
-    assert memfds() == 0
-    assert worker.evaluate(units.request("wrong_sign")).reason == reasons.WRONG_RESULT
-    assert memfds() == 0
+    with EvaluationWorker("cpu", cpu_threads=2) as worker:
+        assert worker.evaluate(units.request("good_fma")).correct
+        assert memfds(worker) == 0
+        assert worker.evaluate(units.request("wrong_sign")).reason == reasons.WRONG_RESULT
+        assert memfds(worker) == 0
 
 
 def test_runner_pool_starts_one_ahead_and_never_hands_out_a_runner_twice() -> None:
@@ -141,3 +144,35 @@ def test_runner_pool_starts_one_ahead_and_never_hands_out_a_runner_twice() -> No
         second.close()
         pool.close()
     assert not first.scratch.exists()
+
+
+def test_taking_a_runner_starts_the_next_and_settle_waits_for_its_start() -> None:
+    """The next candidate's runner starts while this one's trials run; before timing, the pool waits
+    until it has started, so no process start competes with a timed call."""
+    from kernelfoundry.evaluation.judge import RunnerPool
+
+    pool = RunnerPool("cpu")
+    taken = pool.take()
+    try:
+        spare = pool._idle
+        assert spare is not None and spare is not taken and spare.alive()
+        assert not spare.ready
+        pool.settle()
+        assert spare.ready and pool._idle is spare
+        assert pool.take() is spare
+    finally:
+        taken.close()
+        if spare is not None:
+            spare.close()
+        pool.close()
+
+
+def test_a_worker_retires_its_judge_after_its_evaluations(units: Units) -> None:
+    with EvaluationWorker("cpu", cpu_threads=2, max_evaluations_per_child=2) as worker:
+        assert worker.evaluate(units.request("good_fma")).correct
+        first = worker.child_pid
+        assert first is not None
+        assert worker.evaluate(units.request("good_fma")).correct
+        assert worker.child_pid is None  # retired after its second evaluation
+        assert worker.evaluate(units.request("good_fma")).correct
+        assert worker.child_pid not in (None, first) and worker.children_started == 2

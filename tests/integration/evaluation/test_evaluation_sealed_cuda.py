@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,27 @@ def test_good_unit_is_correct_and_timed_through_staged_buffers(
     report = cuda_worker.evaluate(EvaluationRequest(FMA_16M, source, artifact, "cuda:0", with_deadline(120)))
     assert report.correct, report.message
     assert report.runtime_ms and report.baseline_ms and report.counters["checked_timed_runs"] >= 3
+    assert any("drawn on the device by the runner" in note for note in report.notes), report.notes
+    assert {"runner_start", "inputs", "trials", "timed_runs", "cross_check", "baselines"} <= set(
+        report.phases_ms
+    )
+
+
+def test_inputs_drawn_outside_torchs_generator_are_staged_through_the_host(
+    built: dict[str, tuple[KernelSource, Path]], cuda_worker: EvaluationWorker
+) -> None:
+    """get_inputs() that draws with numpy cannot be drawn again from a seed: the sets are staged."""
+    source, artifact = built["good_fma"]
+    unseeded = FMA_16M.reference_source.replace(
+        "return [torch.randn(N), torch.randn(N)]",
+        "import numpy\n    drawn = numpy.random.randn(N).astype('float32')\n"
+        "    return [torch.from_numpy(drawn), torch.randn(N)]",
+    )
+    assert unseeded != FMA_16M.reference_source
+    task = replace(FMA_16M, reference_source=unseeded)
+    report = cuda_worker.evaluate(EvaluationRequest(task, source, artifact, "cuda:0", with_deadline(120)))
+    assert report.correct, report.message
+    assert any("staged through the host" in note for note in report.notes), report.notes
 
 
 def test_glue_runs_in_the_runner_on_the_device(

@@ -112,3 +112,27 @@ def test_a_subreaper_spawner_adopts_and_reaps_the_orphan(tmp_path: Path) -> None
         "killed": True,
         "zombie": False,
     }
+
+
+def test_a_process_started_from_a_short_lived_thread_outlives_that_thread(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG fires when the forking *thread* exits: spawns fork from one long-lived thread,
+    so a sandboxed process started from a request's thread (asyncio.to_thread) lives on after it."""
+    import threading
+    import time
+
+    started: list[SandboxedProcess] = []
+    policy = SandboxPolicy.for_python(tmp_path / "scratch")
+    thread = threading.Thread(
+        target=lambda: started.append(
+            spawn_sandboxed([sys.executable, "-c", "import time; time.sleep(30)"], policy)
+        )
+    )
+    thread.start()
+    thread.join(60)
+    assert started and not thread.is_alive()
+    proc = started[0]
+    try:
+        time.sleep(0.5)  # a pending SIGKILL would have landed by now
+        assert proc.popen.poll() is None, f"ended with {proc.popen.returncode} when its starting thread did"
+    finally:
+        proc.kill_all()

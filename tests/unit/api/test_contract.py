@@ -92,7 +92,7 @@ def test_run_ids_that_could_name_a_path_or_subject_are_refused_everywhere(run_id
 
 
 def test_server_made_run_ids_keep_the_contract() -> None:
-    from kernelfoundry.api.ids import is_run_id, new_run_id
+    from kernelfoundry.ids import is_run_id, new_run_id
 
     run_id = new_run_id()
     assert is_run_id(run_id)

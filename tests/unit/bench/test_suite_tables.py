@@ -52,3 +52,13 @@ def test_a_task_takes_its_row_from_the_last_run_that_has_it() -> None:
         ("level1_x", "b", 1.0),
     ]
     assert "level1_x" in row_line(merged["rows"][1]) and merged["device"] == "H200"
+
+
+def test_merged_rows_keep_their_runs_commit_and_harnesses_are_never_mixed() -> None:
+    engine = {"harness": "engine", "commit": "aaa", "rows": [{"task": "level1_x", "best_ms": 2.0}]}
+    later = {"harness": "engine", "commit": "bbb", "rows": [{"task": "level2_y", "best_ms": 1.0}]}
+    merged = merge([("a", engine), ("b", later)])
+    assert {r["task"]: r["commit"] for r in merged["rows"]} == {"level1_x": "aaa", "level2_y": "bbb"}
+    stack = {"harness": "stack", "commit": "ccc", "rows": [{"task": "level1_x", "best_ms": 1.5}]}
+    with pytest.raises(ValueError, match="different harnesses"):
+        merge([("a", engine), ("c", stack)])

@@ -11,7 +11,7 @@ def test_a_dead_lettered_evaluation_ends_as_a_failed_evaluation_under_the_execut
     request = build_pb2.EvaluateCandidate(candidate_id="r1-g1-r0-c0", run_id="r1", hardware="cpu.x86_64")
     out = failure_event(request, "max_deliveries", "delivered 6 times")
     assert out is not None
-    assert (out.subject, out.msg_id) == (subjects.EVALUATION_FINISHED, "evaluated-r1-g1-r0-c0")
+    assert (out.subject, out.msg_id) == (subjects.evaluation_finished("cpu.x86_64"), "evaluated-r1-g1-r0-c0")
     event = out.message
     assert isinstance(event, evaluation_pb2.EvaluationFinished)
     assert (event.run_id, event.hardware, event.correct, event.reason) == (

@@ -4,12 +4,11 @@ handler (fakes for the bus and the message; the real broker's behaviour is in te
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Consumer, ConsumerSpec, Delivery, decoder_for
-from kernelfoundry.bus.jetstream import Outgoing
+from kernelfoundry.bus.protocol import Outgoing
 from kernelfoundry.v1 import build_pb2
 
 
@@ -32,7 +31,8 @@ class FakeMsg:
     def __init__(self, data: bytes) -> None:
         self.subject = "kf.compile.cpu.x86_64"
         self.data = data
-        self.metadata = SimpleNamespace(num_delivered=1, sequence=SimpleNamespace(stream=7))
+        self.deliveries = 1
+        self.stream_sequence = 7
         self.calls: list[str] = []
 
     async def ack(self) -> None:

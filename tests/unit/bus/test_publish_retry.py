@@ -1,4 +1,4 @@
-"""Bus.publish_all rides over a broker restart: failed publishes are tried again, then the error is raised."""
+"""JetStreamBus.publish_all rides over a broker restart: failed publishes are retried, then raised."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.bus.jetstream import Bus, Outgoing
+from kernelfoundry.bus.jetstream import JetStreamBus, Outgoing
 from kernelfoundry.v1 import run_pb2
 
 
@@ -35,14 +35,14 @@ def messages() -> list[Outgoing]:
 
 async def test_publishes_that_fail_while_the_broker_restarts_are_retried_in_order() -> None:
     js = RestartingJetStream(failures=2)
-    bus = Bus(nc=None, js=js)  # type: ignore[arg-type]
+    bus = JetStreamBus(nc=None, js=js)  # type: ignore[arg-type]
     await bus.publish_all(messages(), retry_for_s=10.0)
     assert js.attempts == ["submitted-r1", "submitted-r1", "submitted-r1", "finished-r1"]
 
 
 async def test_a_broker_that_stays_away_gets_its_error_raised_after_the_retry_window() -> None:
     js = RestartingJetStream(failures=1000)
-    bus = Bus(nc=None, js=js)  # type: ignore[arg-type]
+    bus = JetStreamBus(nc=None, js=js)  # type: ignore[arg-type]
     with pytest.raises(TimeoutError, match="nats: timeout"):
         await bus.publish_all(messages(), retry_for_s=0.5)
     assert set(js.attempts) == {"submitted-r1"}  # nothing after the message that could not go out

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 from deploy_tree import DEPLOY, K8S, load_documents
+from exporter_metrics import NATS_EXPORTER
 from promql_names import SCRAPE_LABELS, label_names, metric_names
 
 from kernelfoundry.telemetry.metrics import ALL_METRICS
 
 DASHBOARD = DEPLOY / "grafana" / "kernelfoundry.json"
 SAMPLE_LABELS = {name: set(spec.labels) for spec in ALL_METRICS for name in spec.sample_names()}
+SAMPLE_LABELS |= NATS_EXPORTER  # JetStream storage: alerts and one panel
 
 
 def _dashboard() -> dict[str, Any]:

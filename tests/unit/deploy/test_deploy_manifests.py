@@ -168,6 +168,15 @@ def test_gpu_executor_takes_exactly_one_gpu_on_tainted_gpu_nodes(
     assert container["image"] == "kernelfoundry-cuda"
 
 
+def test_every_executor_pod_names_itself_in_the_records_it_writes(
+    deployments: dict[str, dict[str, Any]],
+) -> None:
+    for name in ("kf-executor-cpu", "kf-executor-gpu"):
+        env = {e["name"]: e for e in _container(deployments[name])["env"]}
+        source = env["KF_EXECUTOR_NAME"]["valueFrom"]["fieldRef"]["fieldPath"]
+        assert source == "metadata.name", name  # one pod, one executor: more GPUs are more replicas
+
+
 def test_only_the_gpu_executor_requests_a_gpu(deployments: dict[str, dict[str, Any]]) -> None:
     for name, deployment in deployments.items():
         resources = _container(deployment)["resources"]
@@ -253,8 +262,9 @@ def test_mongodb_and_store_read_the_auth_secret_keys_of_the_template(
     (mongodb,) = [o for o in base if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "kf-mongodb"]
     consumers = [mongodb["spec"]["template"]["spec"]["containers"][0], _container(deployments["kf-store"])]
     for container in consumers:
-        refs = [e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e]
-        assert refs and all(r["name"] == template["metadata"]["name"] and r["key"] in keys for r in refs)
+        refs = [e["valueFrom"].get("secretKeyRef") for e in container["env"] if "valueFrom" in e]
+        mongo = [r for r in refs if r and r["name"] == template["metadata"]["name"]]  # besides NATS, API
+        assert mongo and all(r["key"] in keys for r in mongo)
     assert _env(deployments["kf-store"])["KF_STORE_URI"].startswith("mongodb://$(KF_MONGO_USERNAME):")
 
 

@@ -71,12 +71,10 @@ def test_rule_based_rewriter_turns_frequent_failures_into_pitfalls_and_wins_into
     assert min(weights.values()) >= 0.1
 
 
-def test_rewriter_is_deterministic_and_the_meta_prompter_round_trips():
+def test_rewriter_is_deterministic():
     mp = MetaPrompter(every=1, population=3, min_children=1)
     mp.record("p0", fb("improvement", 0.3, "vectorize"))
     mp.record("p0", fb("failed:timeout", -1.0, "tiling", "deadline of 10 s exceeded"))
     first = mp.on_generation(1)
-    again = MetaPrompter.from_dict(mp.to_dict())
-    assert again.to_dict() == mp.to_dict()
     twin = RuleBasedRewriter().rewrite(mp.variants["p0"], list(mp.feedback))
     assert twin == (first.sections, first.proposal_weights)

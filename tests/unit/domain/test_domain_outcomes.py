@@ -47,5 +47,4 @@ def test_outcome_counts_merge_and_serialise():
     merged = a.merge(b)
     assert merged.to_dict() == {"failed:timeout": 1, "improvement": 2, "new_cell": 1}
     assert merged.total == 4 and merged.failed == 1
-    assert OutcomeCounts.from_dict(merged.to_dict()) == merged
     assert a.to_dict() == {"failed:timeout": 1, "improvement": 1}  # merge does not mutate

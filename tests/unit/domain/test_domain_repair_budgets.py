@@ -69,5 +69,15 @@ def test_patience_counts_generations_without_a_new_best():
     assert t.stale_generations == 1 and not t.check(0.0)
     t.generation_started()
     assert t.check(0.0).reason == "patience"
-    again = BudgetTracker.from_dict(t.budget, t.to_dict())
-    assert again.to_dict() == t.to_dict()
+
+
+def test_generations_that_bring_nothing_new_stop_the_search_after_three_in_a_row():
+    t = BudgetTracker(Budget(iterations=None), started_at=0.0)
+    t.generation_ended(0)
+    t.generation_ended(0)
+    t.generation_ended(2)  # a new candidate: the count starts again
+    t.generation_ended(0)
+    t.generation_ended(0)
+    assert not t.check(0.0)
+    t.generation_ended(0)
+    assert t.check(0.0).reason == "nothing_new"

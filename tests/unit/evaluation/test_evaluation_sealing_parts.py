@@ -86,3 +86,87 @@ def test_observation_sees_children_and_cpu_time() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert observation.cpu_time_ns(gone.pid) == 0  # reaped: nothing left to read
+
+
+def test_a_sealed_arena_is_written_only_through_the_judges_own_mapping() -> None:
+    import ctypes
+    import mmap
+
+    specs, size = layout([("float32", (4096,))])
+    arena = Arena.create(size)
+    arena.seal()
+    assert arena.sealed()
+    arena.tensor(specs[0]).fill_(2.0)  # the judge's fresh values still go in
+    with pytest.raises(OSError):
+        os.pwrite(arena.fd, b"\0" * 4, 0)
+    with pytest.raises(OSError):
+        mmap.mmap(arena.fd, size, access=mmap.ACCESS_WRITE)
+    reader = Arena(arena.fd, size, writable=False)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = reader.address() // page * page
+    assert libc.mprotect(start, page, mmap.PROT_READ | mmap.PROT_WRITE) != 0  # no way to make it writable
+    with pytest.raises(OSError):
+        os.ftruncate(arena.fd, size * 2)
+    assert reader.tensor(specs[0]).sum().item() == 2.0 * 4096
+    unsealed = Arena.create(size)
+    assert not unsealed.sealed()
+
+
+def test_the_scheduler_figures_of_a_process_and_of_everything_else() -> None:
+    import threading
+
+    mine = observation.thread_schedule_ns(os.getpid())
+    assert threading.get_native_id() in mine
+    cpu, waited = mine[threading.get_native_id()]
+    assert cpu > 0 and waited >= 0
+    others = observation.other_tasks_cpu_ns(frozenset({os.getpid()}))
+    assert others and threading.get_native_id() not in others
+    assert observation.cpu_used_between({1: 5, 2: 9}, {1: 8, 3: 4}) == 3 + 4  # a new thread counts from 0
+    assert observation.thread_schedule_ns(2**22 + 12345) == {}
+
+
+GUARDED_WRITER = """
+import ctypes, socket, sys
+from kernelfoundry.evaluation.runner import ReadOnlyGuard
+from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec
+arena = Arena({fd}, {size}, writable=False)
+guard = ReadOnlyGuard()
+guard.sock = socket.socket(fileno={sock})
+guard.nonce = "ab" * 16
+guard.watch(arena.address(), arena.size, "input set 1 of shape 0")
+guard.install()
+if sys.argv[1] == "input":
+    ctypes.memset(arena.address() + 64, 0, 4)  # native code writing an input
+else:
+    ctypes.memset(8, 0, 4)  # a wild write anywhere else
+"""
+
+
+@pytest.mark.parametrize("target", ["input", "elsewhere"])
+def test_a_write_into_an_input_is_reported_and_any_other_fault_still_kills(target: str) -> None:
+    from kernelfoundry.evaluation import channel
+
+    _, size = layout([("float32", (1024,))])
+    arena = Arena.create(size)
+    arena.seal()
+    judge_end, runner_end = channel.channel_pair()
+    script = GUARDED_WRITER.format(fd=arena.fd, size=size, sock=runner_end.fileno())
+    os.set_inheritable(arena.fd, True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, target],
+        pass_fds=(arena.fd, runner_end.fileno()),
+        capture_output=True,
+        timeout=120,
+    )
+    runner_end.close()
+    if target == "input":
+        reply = channel.receive(judge_end, None)
+        assert reply["kind"] == "failed" and reply["reason"] == "input_modified"
+        assert reply["nonce"] == "ab" * 16 and "input set 1 of shape 0" in reply["message"]
+        assert done.returncode == 3
+    else:
+        assert done.returncode < 0, done.stderr  # the signal's default action, as without the guard
+        with pytest.raises(channel.ChannelClosed):
+            channel.receive(judge_end, None)

@@ -105,4 +105,5 @@ def test_the_watch_loop_fails_an_unserved_run_and_publishes_its_ending(tmp_path:
     assert ending.subject == subjects.RUN_FINISHED
     assert ending.message.status == run_pb2.RUN_STATUS_FAILED
     assert ending.message.progress.message.startswith("unserved_generator: ")
-    assert not runs.runs["run-1"].active
+    assert "run-1" not in runs.runs  # ended: its working state is gone, its final progress kept
+    assert runs.final_progress("run-1").status == run_pb2.RUN_STATUS_FAILED  # type: ignore[union-attr]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
 
-from kernelfoundry.codec import descriptors_to_proto, kernel_to_proto, task_to_proto
+from kernelfoundry.bus import subjects
+from kernelfoundry.codec import descriptors_to_proto, kernel_to_proto, run_config_to_proto, task_to_proto
 from kernelfoundry.services.evolver.resume import restore_run
 from kernelfoundry.services.evolver.runs import RunCoordinator
 from kernelfoundry.v1 import lineage_pb2
@@ -18,7 +19,7 @@ from .test_evolver_runs import TASK, evaluated, generated, kernel, requests, see
 def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
     """What the store would answer for run-1, built from the live coordinator's state."""
     run = runs.runs["run-1"]
-    config = MessageToDict(run.config, preserving_proto_field_name=True)
+    config = MessageToDict(run_config_to_proto(run.config), preserving_proto_field_name=True)
     config["task"] = MessageToDict(task_to_proto(TASK), preserving_proto_field_name=True)
     history = lineage_pb2.GetRunHistoryResponse(
         run=lineage_pb2.RunRecord(
@@ -38,6 +39,7 @@ def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
                 mutation=info.operator,
                 island=info.island,
                 repair_of=info.repair_of or "",
+                generator=state.generator,
             )
         )
         if state.evaluation is not None:
@@ -46,7 +48,7 @@ def history_of(runs: RunCoordinator) -> lineage_pb2.GetRunHistoryResponse:
                 lineage_pb2.EvaluationRecord(
                     candidate_id=e.candidate_id,
                     run_id="run-1",
-                    hardware=e.hardware,
+                    hardware=run.config.hardware,
                     correct=e.correct,
                     reason=e.reason,
                     runtime_ms=e.runtime_ms,
@@ -137,3 +139,39 @@ def test_a_restored_run_does_not_hand_out_a_repair_again(tmp_path: Path) -> None
     live = [p.request.candidate_id for p in runs.runs["run-1"].engine._repairs]
     restored = restore_run(RunCoordinator(tmp_path / "restored"), history_of(runs))
     assert [p.request.candidate_id for p in restored.engine._repairs] == live == []
+
+
+def test_resume_rebuilds_the_whole_engine_state_through_the_domains_replay(tmp_path: Path) -> None:
+    """One resume path: the engine a restored run continues with is the live one, field for field
+    (archive, islands, transitions, prompt population, budget, outcomes, pending repairs)."""
+    runs, out = start(tmp_path, iterations=4)
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(first, 1.5))
+    runs.on_evaluated(evaluated(second, 0.5, correct=False))
+    live = runs.runs["run-1"]
+    history = history_of(runs)
+    history.run.created_at.FromSeconds(int(live.started_at))  # the run's clock starts where it did
+
+    restored_runs = RunCoordinator(tmp_path / "restored")
+    restored = restore_run(restored_runs, history)
+    restored_runs.continue_run(restored)  # the live run had started generation 2 already
+    assert restored.engine.to_dict() == live.engine.to_dict()
+
+
+def test_requests_carry_the_run_s_record_per_generator_and_a_restored_run_keeps_it(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=4)
+    (request,) = requests(out)
+    event = generated(request, kernel(1), kernel(2))
+    event.generator = "model-a"  # an ensemble's member answered
+    runs.on_generated(event)
+    runs.on_evaluated(evaluated(f"{request.request_id}-c0", 1.5))
+    nxt = runs.on_evaluated(evaluated(f"{request.request_id}-c1", 0.5, correct=False))
+    archived = [o.message for o in nxt if o.subject == subjects.ARCHIVE_UPDATED]
+    assert [(a.generator, a.pool) for a in archived] == [("model-a", "heuristic")]  # who wrote it, for whom
+    records = [dict(r.member_record) for r in requests(nxt)]
+    assert records and all(
+        {n: (m.evaluated, m.correct, m.improvements) for n, m in r.items()} == {"model-a": (2, 1, 1)}
+        for r in records
+    )
+    restored = restore_run(RunCoordinator(tmp_path / "restored"), history_of(runs))
+    assert restored.member_record() == runs.runs["run-1"].member_record()

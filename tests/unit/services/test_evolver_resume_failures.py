@@ -88,3 +88,30 @@ def test_a_stored_id_that_is_not_a_run_id_fails_without_restoring(tmp_path: Path
         "corrupt_record"
     )
     assert runs.runs == {}
+
+
+def test_a_stored_candidate_whose_tunable_line_is_refused_now_is_restored_without_its_tunables(
+    tmp_path: Path,
+) -> None:
+    history = a_history(tmp_path)
+    candidate = history.candidates[0]
+    candidate.source.code += "// @kf.tunable BLOCK in [64, 64]\n"  # a repeated value: refused
+    candidate.source.params["BLOCK"] = "-64"
+    runs = RunCoordinator(tmp_path / "r")
+    out = resume_or_fail(runs, history, any_generator, 5.0)
+    assert all(m.subject != subjects.RUN_FINISHED for m in out)
+    restored = runs.runs["run-1"].candidates[candidate.candidate_id]
+    assert restored.source.tunables == ()
+    assert restored.source.params == {"BLOCK": -64}
+    assert restored.evaluation is not None and restored.evaluation.speedup == 1.5  # its result kept
+    assert len(runs.runs["run-1"].candidates) == len(history.candidates)
+
+
+def test_stored_params_decode_by_the_tunables_grammar_integer_rule(tmp_path: Path) -> None:
+    history = a_history(tmp_path)
+    candidate = history.candidates[0]
+    candidate.source.params.update({"A": "-3", "B": "--3", "C": "010", "D": "\u00b2", "E": "float4"})
+    runs = RunCoordinator(tmp_path / "r")
+    resume_or_fail(runs, history, any_generator, 5.0)
+    params = runs.runs["run-1"].candidates[candidate.candidate_id].source.params
+    assert params == {"A": -3, "B": "--3", "C": "010", "D": "\u00b2", "E": "float4"}

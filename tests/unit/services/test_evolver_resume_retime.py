@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kernelfoundry.codec import descriptors_to_proto, kernel_to_proto
 from kernelfoundry.services.evolver.resume import restore_run
-from kernelfoundry.services.evolver.runs import RETIME_OPERATOR, RunCoordinator
+from kernelfoundry.services.evolver.runs import RunCoordinator
+from kernelfoundry.services.evolver.state import RETIME_OPERATOR
 from kernelfoundry.v1 import lineage_pb2
 
 from .test_evolver_resume import history_of

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelfoundry.bus import subjects
-from kernelfoundry.codec import descriptors_to_proto, kernel_to_proto, task_to_proto
+from kernelfoundry.codec import descriptors_to_proto, kernel_to_proto
 from kernelfoundry.domain.descriptors import Descriptors
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.services.evolver.runs import RunCoordinator
@@ -38,7 +38,7 @@ def start(tmp_path: Path, iterations: int = 2, population: int = 2, sweeps: bool
         population=population,
         sweeps=sweeps,
     )
-    out = runs.start_run("run-1", TASK, task_to_proto(TASK), config, "cpu.x86_64", 1)
+    out = runs.start_run("run-1", TASK, config, "cpu.x86_64", 1)
     return runs, out
 
 
@@ -159,8 +159,8 @@ def test_a_compile_failure_resolves_the_candidate_with_no_fitness(tmp_path: Path
         reason="compile_error",
         log="error: x",
     )
-    emitted = runs.on_compiled(failed)
     run = runs.runs["run-1"]
+    emitted = runs.on_compiled(failed)
     assert run.failed == 1 and run.best_speedup == 0.0
     assert run.engine.outcomes.to_dict() == {"failed:compile_error": 1}
     (finished,) = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
@@ -202,7 +202,9 @@ def test_the_run_re_times_its_best_kernel_then_finishes_and_writes_it(tmp_path: 
     assert figure.retimed and figure.kernel_ms == 0.5
     assert figure.eager_ms == pytest.approx(1.1)  # median of the run's 1.0 and the re-time's 1.2
     assert figure.speedup == pytest.approx(2.2) and figure.side_by_side_speedup == pytest.approx(2.4)
-    best = runs.best_kernel(runs.runs["run-1"])
+    final = runs.final_progress("run-1")
+    assert final is not None and "run-1" not in runs.runs  # ended: only what queries need is kept
+    best = final.best
     assert best.speedup == pytest.approx(2.2) and best.runtime_ms == 0.5
     assert "variant 7" in Path(best.path).read_text()
 
@@ -328,6 +330,46 @@ def test_without_sweeps_no_sweep_points_are_made(tmp_path: Path) -> None:
     assert not [c for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
 
 
+def test_an_evaluation_budget_is_a_hard_cap_on_requests_and_sweep_points(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from kernelfoundry.tasks.model import Budget
+
+    runs = RunCoordinator(tmp_path, clock=Clock())
+    config = run_pb2.RunConfig(
+        hardware="cpu.x86_64", generator="heuristic", iterations=10, population=4, sweeps=True
+    )
+    task = replace(TASK, budget=Budget(iterations=10, evaluations=3))
+    (request,) = requests(runs.start_run("run-1", task, config, "cpu.x86_64", 1))
+    assert request.count == 3  # a population of 4, but 3 evaluations left
+    runs.on_generated(generated(request, tunable_kernel(1), tunable_kernel(2), tunable_kernel(3)))
+    emitted = []
+    for i in range(3):
+        emitted += runs.on_evaluated(evaluated(f"{request.request_id}-c{i}", 2.0 + i))
+    # the tunables' sweep points would be next: the budget is spent, so the run re-times and ends
+    assert not [c for c in compile_requests(emitted) if "-s" in c.message.candidate_id]
+    assert not requests(emitted)
+    assert runs.runs["run-1"].engine.budget.evaluations == 3
+
+
+def test_a_generator_with_nothing_new_ends_the_run_with_that_reason(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=1000, population=1)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, kernel(1)))
+    emitted = runs.on_evaluated(evaluated(f"{request.request_id}-c0", 1.5))
+    asked = 1
+    while requests(emitted):  # every later request is answered with the kernel already evaluated
+        (request,) = requests(emitted)
+        emitted = runs.on_generated(generated(request, kernel(1)))
+        asked += 1
+    assert asked == 1 + 3  # the seed, then three generations that brought nothing new
+    retime = retime_of(emitted)
+    finished = runs.on_evaluated(retimed(retime, runtime_ms=0.5, baseline_ms=0.75))
+    (done,) = [o.message for o in finished if o.subject == subjects.RUN_FINISHED]
+    assert done.status == run_pb2.RUN_STATUS_COMPLETED
+    assert "3 generations in a row brought no new kernel" in done.progress.message
+
+
 def test_seed_plans_become_one_request_for_several_different_seeds(tmp_path: Path) -> None:
     _, out = start(tmp_path, population=4)
     (request,) = requests(out)
@@ -388,3 +430,36 @@ def test_a_kernel_near_the_best_is_swept(tmp_path: Path) -> None:
     runs.on_evaluated(evaluated(slow, 1.0))
     nxt = runs.on_evaluated(evaluated(fast, 1.2))  # the tunable kernel is within reach of the best
     assert [c for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
+
+
+def test_with_screening_a_candidate_for_an_occupied_cell_carries_its_elite_s_time(tmp_path: Path) -> None:
+    runs = RunCoordinator(tmp_path, clock=Clock(), screening=True)
+    config = run_pb2.RunConfig(hardware="cpu.x86_64", generator="heuristic", iterations=3, population=2)
+    out = runs.start_run("run-1", TASK, config, "cpu.x86_64", 1)
+    (request,) = requests(out)
+    first = compile_requests(runs.on_generated(generated(request, kernel(1), kernel(2))))
+    assert [c.message.screen_above_ms for c in first] == [0.0, 0.0]  # an empty cell: always timed in full
+    runs.on_evaluated(evaluated(first[0].message.candidate_id, 1.5))
+    nxt = runs.on_evaluated(evaluated(first[1].message.candidate_id, 2.0))
+    later = compile_requests(runs.on_generated(generated(requests(nxt)[0], kernel(3))))
+    assert [c.message.screen_above_ms for c in later] == [pytest.approx(0.5)]  # the elite's 1 / 2.0 ms
+
+
+def test_without_screening_every_candidate_is_timed_in_full(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3)
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(first, 1.5))
+    nxt = runs.on_evaluated(evaluated(second, 2.0))
+    later = compile_requests(runs.on_generated(generated(requests(nxt)[0], kernel(3))))
+    assert [c.message.screen_above_ms for c in later] == [0.0]
+
+
+def test_a_parent_carries_its_roofline_fraction_to_the_generator(tmp_path: Path) -> None:
+    runs, out = start(tmp_path, iterations=3)
+    first, second = seed_generation(runs, out, kernel(1), kernel(2))
+    runs.on_evaluated(evaluated(first, 1.5))
+    best = evaluated(second, 2.0)
+    best.roofline_fraction, best.bound = 0.61, "memory"
+    nxt = requests(runs.on_evaluated(best))
+    parents = [r.parent for r in nxt if r.HasField("parent") and r.parent.candidate_id == second]
+    assert parents and all((p.roofline_fraction, p.bound) == (0.61, "memory") for p in parents)

@@ -18,13 +18,19 @@ REQUIRED = {
     "kf_generations_total": ("counter", {"generator", "outcome"}),
     "kf_generation_tokens_total": ("counter", {"generator", "kind"}),
     "kf_generation_cost_usd_total": ("counter", {"generator"}),
+    "kf_ensemble_member_weight": ("gauge", {"generator", "member"}),
+    "kf_ensemble_member_outcomes_total": ("counter", {"generator", "member", "outcome"}),
     "kf_compiles_total": ("counter", {"hardware", "outcome"}),
     "kf_compile_duration_seconds": ("histogram", {"hardware"}),
     "kf_build_cache_hits_total": ("counter", {"hardware"}),
     "kf_evaluations_total": ("counter", {"hardware", "outcome"}),
     "kf_evaluation_failures_total": ("counter", {"hardware", "reason"}),
     "kf_evaluation_duration_seconds": ("histogram", {"hardware"}),
+    "kf_executor_busy_seconds_total": ("counter", {"hardware", "device"}),
     "kf_kernel_speedup": ("gauge", {"task", "hardware"}),
+    "kf_run_speedup": ("histogram", {"task", "hardware"}),
+    "kf_run_median_seconds": ("gauge", {"task", "hardware", "kind"}),
+    "kf_archive_best_speedup": ("gauge", {"task"}),
     "kf_runs_active": ("gauge", set()),
     "kf_runs_total": ("counter", {"status"}),
     "kf_archive_cells_filled": ("gauge", {"task"}),
@@ -32,7 +38,8 @@ REQUIRED = {
     "kf_store_write_duration_seconds": ("histogram", set()),
 }
 ALLOWED_LABELS = {"service", "subject_kind", "outcome", "consumer", "reason", "generator", "kind"}
-ALLOWED_LABELS |= {"hardware", "task", "status"}
+ALLOWED_LABELS |= {"hardware", "task", "status", "device"}  # device: one per executor's device
+ALLOWED_LABELS |= {"member"}  # an ensemble's members: as many as KF_LLM_PROVIDERS lists
 
 
 def test_every_required_metric_is_defined_with_its_kind_and_labels() -> None:
@@ -157,6 +164,58 @@ def test_record_speedup_ignores_values_no_kernel_can_produce(bad: float) -> None
         metrics.registry.get_sample_value("kf_kernel_speedup", {"task": "fresh", "hardware": "cpu.x86_64"})
         is None
     )
+
+
+def test_each_finished_run_s_figure_is_observed_in_the_speedup_distribution() -> None:
+    metrics = Metrics(process_collectors=False)
+    for figure in (1.1, 1.8, 0.9, math.nan):
+        metrics.record_speedup("matmul", "cuda.h200", figure)
+    get = metrics.registry.get_sample_value
+    labels = {"task": "matmul", "hardware": "cuda.h200"}
+    assert get("kf_run_speedup_count", labels) == 3  # NaN is no figure
+    assert get("kf_run_speedup_sum", labels) == pytest.approx(1.1 + 1.8 + 0.9)
+    assert get("kf_run_speedup_bucket", {**labels, "le": "1.0"}) == 1
+    assert get("kf_run_speedup_bucket", {**labels, "le": "2.0"}) == 3
+
+
+def test_a_restored_best_raises_the_gauge_without_counting_a_run() -> None:
+    metrics = Metrics(process_collectors=False)
+    assert metrics.restore_best_speedup("matmul", "cuda.h200", 2.5) == 2.5
+    assert metrics.restore_best_speedup("matmul", "cuda.h200", 1.5) == 2.5
+    assert metrics.record_speedup("matmul", "cuda.h200", 2.0) == 2.5
+    get = metrics.registry.get_sample_value
+    assert get("kf_kernel_speedup", {"task": "matmul", "hardware": "cuda.h200"}) == 2.5
+    assert get("kf_run_speedup_count", {"task": "matmul", "hardware": "cuda.h200"}) == 1
+
+
+def test_a_run_figure_sets_the_kernel_eager_and_torch_compile_medians_in_seconds() -> None:
+    metrics = Metrics(process_collectors=False)
+    best = metrics.record_run_figure(
+        "softmax", "cpu.x86_64", speedup=4.0, kernel_ms=2.5, eager_ms=10.0, compile_ms=5.0
+    )
+    assert best == 4.0
+    get = metrics.registry.get_sample_value
+    at = {"task": "softmax", "hardware": "cpu.x86_64"}
+    assert get("kf_run_median_seconds", {**at, "kind": "kernel"}) == pytest.approx(0.0025)
+    assert get("kf_run_median_seconds", {**at, "kind": "eager"}) == pytest.approx(0.010)
+    assert get("kf_run_median_seconds", {**at, "kind": "torch_compile"}) == pytest.approx(0.005)
+    assert get("kf_run_speedup_count", at) == 1 and get("kf_kernel_speedup", at) == 4.0
+    # A later run without torch.compile leaves the previous torch.compile median, updates the others.
+    metrics.record_run_figure("softmax", "cpu.x86_64", speedup=2.0, kernel_ms=4.0, eager_ms=8.0)
+    assert get("kf_run_median_seconds", {**at, "kind": "kernel"}) == pytest.approx(0.004)
+    assert get("kf_run_median_seconds", {**at, "kind": "torch_compile"}) == pytest.approx(0.005)
+    assert get("kf_kernel_speedup", at) == 4.0
+
+
+def test_the_archive_gauges_follow_the_latest_update_and_skip_a_missing_best() -> None:
+    metrics = Metrics(process_collectors=False)
+    metrics.record_archive_cells("relu", 3, best_speedup=1.7)
+    metrics.record_archive_cells("relu", 4, best_speedup=1.4)  # a new run's archive starts lower
+    metrics.record_archive_cells("relu", 5)
+    metrics.record_archive_cells("relu", 5, best_speedup=math.inf)
+    get = metrics.registry.get_sample_value
+    assert get("kf_archive_cells_filled", {"task": "relu"}) == 5
+    assert get("kf_archive_best_speedup", {"task": "relu"}) == 1.4
 
 
 def test_metric_spec_is_immutable() -> None:

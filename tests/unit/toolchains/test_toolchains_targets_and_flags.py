@@ -89,7 +89,9 @@ def test_defines_are_sorted_and_spelled_as_d_flags():
     assert define_flags({"VEC": "float4", "BLOCK": 128}) == ("-DBLOCK=128", "-DVEC=float4")
 
 
-@pytest.mark.parametrize("defines", [{"1BAD": 1}, {"X": "a b"}, {"X": "1;rm"}, {"X -o/tmp/x": 1}])
+@pytest.mark.parametrize(
+    "defines", [{"1BAD": 1}, {"X": "a b"}, {"X": "1;rm"}, {"X -o/tmp/x": 1}, {"X": "1\n"}, {"X\n": 1}]
+)
 def test_defines_that_are_not_tokens_are_rejected(defines):
     with pytest.raises(ValueError):
         define_flags(defines)

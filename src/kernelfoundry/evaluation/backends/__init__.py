@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from kernelfoundry.evaluation.backends.base import Backend, JudgeDevice, RunnerDevice
 from kernelfoundry.evaluation.backends.cpu import CPU
+from kernelfoundry.evaluation.backends.cpu_clang import CPU_CLANG
 from kernelfoundry.evaluation.backends.cuda import CUDA
 
-BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (CPU, CUDA)}
+BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (CPU, CUDA, CPU_CLANG)}
 
 
 def backend_named(name: str) -> Backend:

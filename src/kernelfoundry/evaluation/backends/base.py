@@ -34,6 +34,12 @@ class Backend:
     call_overhead_allowance_ns: int
     judge_device: Callable[[str, bool], JudgeDevice]  # (device, flush) -> strategy
     runner_device: Callable[[str], RunnerDevice]
+    # How long the eager and torch.compile timings of a task's shape may be reused by the next
+    # candidates before they are timed again (a drift check); 0: timed beside every candidate.
+    baseline_reuse_s: float = 0.0
+    # How far above the time to beat a screen may come and still get the full protocol (screening.py):
+    # wide where the device's own noise is (a shared CPU), narrow where it is not.
+    screen_margin: float = 1.0
 
 
 class JudgeDevice:
@@ -68,6 +74,13 @@ class JudgeDevice:
         """None while the device context works; the exception that shows it broken otherwise."""
         return None
 
+    def pin(self, address: int, size: int) -> bool:
+        """Page-lock host memory that staged copies go through (faster transfers); False: not pinned."""
+        return False
+
+    def unpin(self, address: int) -> None:
+        """Undo `pin` (before the memory is unmapped)."""
+
 
 class RunnerDevice:
     """The runner's side of a device: places inputs and outputs, times one call."""
@@ -98,6 +111,10 @@ class RunnerDevice:
 
     def fetch(self, placed: Any, host: Any) -> None:
         """Copy `placed` into the judge-readable `host` tensor (staged memory only)."""
+
+    def pin(self, address: int, size: int, read_only: bool = False) -> bool:
+        """Page-lock mapped host memory that staged copies go through; False: not pinned."""
+        return False
 
     def timed(self, call: Callable[[], Any]) -> tuple[Any, int]:
         """Run `call` and return (its result, the claimed duration in ns, device work included)."""

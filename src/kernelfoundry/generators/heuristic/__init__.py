@@ -3,7 +3,8 @@
 Public: HeuristicGenerator (kernelfoundry.generators.base.Generator), capture(), generate_source().
 """
 
-from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source, parse_tunables
+from kernelfoundry.domain.tunables import parse_tunables
+from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.proposer import HeuristicGenerator
 from kernelfoundry.generators.heuristic.variant import Variant, parse_variant

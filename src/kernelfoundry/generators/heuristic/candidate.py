@@ -14,10 +14,9 @@ rule counts math-op families in the unit, so the algorithm axis otherwise comes 
 
 from __future__ import annotations
 
-import re
-
 from kernelfoundry.domain.descriptors import Descriptors, classify
-from kernelfoundry.domain.kernel import KernelSource, Tunable, TunableValue
+from kernelfoundry.domain.kernel import KernelSource
+from kernelfoundry.domain.tunables import parse_tunables
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
@@ -31,24 +30,6 @@ from kernelfoundry.generators.heuristic.opkernels import OpKernel, op_kernel
 from kernelfoundry.generators.heuristic.opkernels_code import op_entries, op_unit
 from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.variant import Variant
-
-_TUNABLE = re.compile(r"^//\s*@kf\.tunable\s+(\w+)\s+in\s+\[([^\]]*)\]\s+default\s+(\S+)\s*$", re.MULTILINE)
-
-
-def parse_tunables(code: str) -> tuple[Tunable, ...]:
-    """The `// @kf.tunable NAME in [..] default ..` declarations of a unit."""
-    found = []
-    for name, values, default in _TUNABLE.findall(code):
-        vals: list[TunableValue] = [_value(v.strip()) for v in values.split(",") if v.strip()]
-        found.append(Tunable(name, tuple(vals), _value(default)))
-    return tuple(found)
-
-
-def _value(text: str) -> TunableValue:
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 def descriptors_for(
@@ -69,7 +50,7 @@ def descriptors_for(
         # are `omp simd reduction(...)` when vectorised
         plan = gemm_plan(graph)
         assert plan is not None
-        rows = plan.step.kind != "pointwise" and variant.vectorize
+        rows = plan.step is not None and plan.step.kind != "pointwise" and variant.vectorize
         return Descriptors(memory=3, algorithm=algorithm, parallelism=2 if rows else 0)
     if backend == "cuda" and variant.gemm and cuda_gemm_plan(graph) is not None:
         # double-buffered shared tiles + a register tile; one barrier per K slice, and a sum / mean

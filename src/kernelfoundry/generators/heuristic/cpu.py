@@ -3,7 +3,8 @@
 Pointwise steps iterate the output as rows x inner (the inner block is where every operand is either
 contiguous or constant), parallelised over rows x chunks with `#pragma omp parallel for` and vectorised
 with `#pragma omp simd`; broadcast operands get a per-row offset. Reductions and rowops run one row per
-iteration with SIMD reductions; reductions over a middle dimension accumulate INNER_TILE columns at once.
+iteration with SIMD reductions; reductions and softmaxes over a middle dimension accumulate INNER_TILE columns
+at once.
 The direct translation (Variant.fuse=False) materialises every op and computes every operand offset per
 element. Other strategies: `vectorize=False` drops the SIMD pragmas; `cache_rows` (CPU tiling) evaluates
 a fused pointwise chain op by op over L1 tile buffers of TILE elements; `reduction="atomic"` splits
@@ -392,7 +393,7 @@ class CpuEmitter:
         xshape = g.shapes[src.name]
         d0, d1, _ = reduce_range(node, len(xshape))
         if node.op in ("softmax", "log_softmax") and d1 != len(xshape):
-            raise UnsupportedGraph(f"`{node.name}` normalises dimension {d0}, not the last one")
+            return self._middle_softmax(step, src, d0, d1)
         simd = "#pragma omp simd " if self.variant.vectorize and self.variant.fuse else ""
         out = [f"    const kf_shape X = {shp(src.name)};"]
         if node.op == "group_norm":
@@ -479,5 +480,65 @@ class CpuEmitter:
         out.append("      }")
         if node.op == "group_norm":
             out.append("      }")
+        out.append("    }")
+        return out
+
+    def _middle_softmax(self, step: Step, src: Ref, d0: int, d1: int) -> list[str]:
+        """Softmax / log-softmax over a dimension that is not the last (channels of NCHW): a tile of
+        INNER_TILE columns, contiguous across the inner index, holds its max and sum per column while
+        the R rows stream past three times (max, sum of exp, write with the epilogue). Fused: exp is
+        evaluated once, stored in the output and scaled in the write pass."""
+        g = self.graph
+        node = step.root
+        xshape = g.shapes[src.name]
+        simd = "#pragma omp simd" if self.variant.vectorize and self.variant.fuse else ""
+        leaves = list(dict.fromkeys(step.prologue_leaves(g) + step.epilogue_leaves(g)))
+        pre, loads = self._row_leaves(step, leaves, xshape, "(o * R + j) * inner + i")
+        xb, xv = emit(g, step, src, lambda leaf: loads[leaf], indent="          ")
+        exp_once = node.op == "softmax" and self.variant.fuse
+        dst = f"{ptr(step.out)}[(o * R + j) * inner + i]"
+        out = [
+            f"    const kf_shape X = {shp(src.name)};",
+            f"    const int64_t outer = kf_prod(&X, 0, {d0}), R = kf_prod(&X, {d0}, {d1}),"
+            f" inner = kf_prod(&X, {d1}, X.nd);",
+            *pre,
+            "    const int64_t ntiles = (inner + INNER_TILE - 1) / INNER_TILE;",
+            "    #pragma omp parallel for schedule(static)",
+            "    for (int64_t t = 0; t < outer * ntiles; ++t) {",
+            "      const int64_t o = t / ntiles, i0 = (t % ntiles) * INNER_TILE;",
+            "      const int64_t i1 = i0 + INNER_TILE < inner ? i0 + INNER_TILE : inner;",
+            "      float m[INNER_TILE], s[INNER_TILE];",
+            "      for (int64_t i = 0; i < INNER_TILE; ++i) { m[i] = -INFINITY; s[i] = 0.0f; }",
+        ]
+
+        def columns(*body: str) -> None:
+            out.append("      for (int64_t j = 0; j < R; ++j) {")
+            if simd:
+                out.append(f"        {simd}")
+            out.append("        for (int64_t i = i0; i < i1; ++i) {")
+            out.extend(body)
+            out.append("        }")
+            out.append("      }")
+
+        columns(*xb, f"          m[i - i0] = m[i - i0] > {xv} ? m[i - i0] : {xv};")
+        if exp_once:
+            columns(*xb, f"          const float e = kf_exp({xv} - m[i - i0]); {dst} = e; s[i - i0] += e;")
+            out.append("      for (int64_t i = 0; i < INNER_TILE; ++i) s[i] = 1.0f / s[i];")
+            value, body = f"{dst} * s[i - i0]", []
+        elif node.op == "softmax":
+            columns(*xb, f"          s[i - i0] += kf_exp({xv} - m[i - i0]);")
+            out.append("      for (int64_t i = 0; i < INNER_TILE; ++i) s[i] = 1.0f / s[i];")
+            value, body = f"kf_exp({xv} - m[i - i0]) * s[i - i0]", xb
+        else:
+            columns(*xb, f"          s[i - i0] += kf_exp({xv} - m[i - i0]);")
+            out.append("      for (int64_t i = 0; i < INNER_TILE; ++i) s[i] = m[i] + logf(s[i]);")
+            value, body = f"({xv} - s[i - i0])", xb
+        write = [*body, f"          const float y = {value};"]
+        if step.epilogue:
+            eb, ev = emit(g, step, Ref(step.out), lambda leaf: loads[leaf], root_var="y", indent="          ")
+            write += [*eb, f"          {dst} = {ev};"]
+        else:
+            write.append(f"          {dst} = y;")
+        columns(*write)
         out.append("    }")
         return out

@@ -38,13 +38,14 @@ _DEFAULTS = {"MR": 8, "NV": 2, "KF_DISPATCH": 1}
 
 @dataclass(frozen=True)
 class ConvPlan:
-    """What the conv family computes: conv2d(x; weight, bias) then one pointwise step per element."""
+    """What the conv family computes: conv2d(x; weight, bias) then one pointwise step per element (none:
+    the conv is the output)."""
 
     conv: OpNode
     x: str
     weight: str
     bias: str | None
-    step: Step
+    step: Step | None
     channel_leaves: tuple[str, ...]  # per-channel operands of the tail
     scalar_leaves: tuple[str, ...]  # one-element operands of the tail
     inputs: tuple[str, ...]  # entry-point inputs in the reference's order (inputs, parameters, buffers)
@@ -84,6 +85,9 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
     bias = by_qual.get(f"{fx.target}.bias")
     if weight is None or (mod.bias is not None) != (bias is not None):
         return None
+    inputs = tuple(v.name for v in graph.inputs)
+    if graph.nodes == [conv] and graph.outputs == [conv.name]:  # a bare conv, KernelBench's level 1
+        return ConvPlan(conv, src.name, weight, bias, None, (), (), inputs)
     try:
         parts = partition(graph, True)
     except UnsupportedGraph:
@@ -251,7 +255,10 @@ def _tail(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
             return f"{channel[leaf.name]}[co]"
         return scalar[leaf.name]
 
-    body, val = emit(graph, plan.step, Ref(plan.step.root.name), load, indent="              ")
+    if plan.step is None:
+        body, val = [], load(Leaf(conv))
+    else:
+        body, val = emit(graph, plan.step, Ref(plan.step.root.name), load, indent="              ")
     simd = ["            #pragma omp simd"] if variant.vectorize else []
     return [
         *simd,

@@ -1,10 +1,12 @@
 """CUDA emitter: one .cu unit per candidate, one host entry point per part launching one kernel per step.
 
 Pointwise steps: 2-D grid-stride kernels over rows x inner (blockIdx.y strides rows, so a broadcast
-operand's offset is computed once per row), float4 loads/stores when Variant.vectorize and the inner
-size allows. Reductions over the last dims and rowops: one block per row, block reduction by warp
-shuffles (Variant.reduction "warp"), a shared-memory tree with __syncthreads ("block"), or, for sums,
-row splits combined with atomicAdd ("atomic"). Softmax may use the online formulation (one pass for max
+operand's offset is computed once per row), float4 loads/stores when Variant.vectorize and the operands
+allow (a row that starts off 16 bytes peels its head). Reductions over the last dims and rowops: one
+block per row, block reduction by warp shuffles (Variant.reduction "warp"), a shared-memory tree with
+__syncthreads ("block"), or, for sums, row splits combined with atomicAdd ("atomic"); rows of any length
+stream float4 from their first 16-byte boundary, and a reduction over rows runs its broadcast consumer
+in the same kernel. Softmax may use the online formulation (one pass for max
 and sum) and keep rows in registers (Variant.cache_rows; cuda_rows.py). Middle-dim reductions: tiled
 column kernels, fused with a broadcast consumer when one follows (cuda_columns.py). Every launch goes to
 the given stream. A unit carries only the reduction helpers its
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
+from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
 from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
@@ -221,9 +224,14 @@ class CudaEmitter(RowKernels, ColumnKernels):
         k += pre
         k.append(f"    float* __restrict__ o = {ptr(step.out)} + r * inner;")
         if vec:
-            k.append("    const int64_t n4 = inner / 4;")
+            # rows that do not start on 16 bytes (an odd inner size) peel `head` scalars first: the
+            # float4 body then covers them too, when every full operand shares the output's offset
+            k.append("    const int64_t lead = (int64_t)((16 - ((uintptr_t)o) % 16) % 16) / 4;")
+            k.append("    const int64_t head = lead < inner ? lead : inner;")
+            k.append("    const int64_t n4 = (inner - head) / 4;")
             aligned = " && ".join(
-                ["((r * inner) % 4 == 0)"] + [f"(((uintptr_t)q{i}) % 16 == 0)" for i in loads4.values()]
+                ["(((uintptr_t)o) % 4 == 0)"]
+                + [f"(((uintptr_t)(q{i} + head)) % 16 == 0)" for i in loads4.values()]
             )
             k.append(f"    if ({aligned}) {{")
             # PER_THREAD float4 per thread, all loads issued before any math: bytes in flight hide latency
@@ -237,7 +245,9 @@ class CudaEmitter(RowKernels, ColumnKernels):
             k.append("        for (int u = 0; u < PER_THREAD; ++u) {")
             k.append("          const int64_t j4 = c0 + (int64_t)u * blockDim.x + threadIdx.x;")
             for i in loads4.values():
-                k.append(f"          if (j4 < n4) w{i}[u] = reinterpret_cast<const float4*>(q{i})[j4];")
+                k.append(
+                    f"          if (j4 < n4) w{i}[u] = reinterpret_cast<const float4*>(q{i} + head)[j4];"
+                )
             k.append("        }")
             k.append("        #pragma unroll")
             k.append("        for (int u = 0; u < PER_THREAD; ++u) {")
@@ -255,13 +265,14 @@ class CudaEmitter(RowKernels, ColumnKernels):
                 k += b2
                 k.append(f"          res.{comp} = {r2};")
                 k.append("          }")
-            k.append("          reinterpret_cast<float4*>(o)[j4] = res;")
+            k.append("          reinterpret_cast<float4*>(o + head)[j4] = res;")
             k.append("        }")
             k.append("      }")
-            k.append(
-                "      for (int64_t j = n4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < inner;"
-            )
-            k.append("           j += (int64_t)gridDim.x * blockDim.x) {")
+            k.append("      /* the head [0, head) and the tail [head + 4 * n4, inner) */")
+            k.append("      const int64_t rest = inner - 4 * n4;")
+            k.append("      for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < rest;")
+            k.append("           t += (int64_t)gridDim.x * blockDim.x) {")
+            k.append("        const int64_t j = t < head ? t : t + 4 * n4;")
             k += body
             k.append(f"        o[j] = {result};")
             k.append("      }")
@@ -308,11 +319,87 @@ class CudaEmitter(RowKernels, ColumnKernels):
             out.append(f"      {kname}<<<dim3(gx, gy), BLOCK, 0, st>>>({', '.join(args)});")
         out += self._launch_check()
         if step.out in self._fused_into:
-            # computed by the reduction before it when that one ran the fused column kernel
+            # computed by the reduction before it, whose fused row (inner == 1) or column (inner >= 32)
+            # kernel ran it
             src, d1 = self._fused_into[step.out]
-            guard = f"    if (kf_prod(&{shp(src)}, {d1}, {shp(src)}.nd) < 32) {{"
+            inner = f"kf_prod(&{shp(src)}, {d1}, {shp(src)}.nd)"
+            guard = f"    if ({inner} > 1 && {inner} < 32) {{"
             out = [guard, *["  " + line for line in out], "    }"]
         return out
+
+    def _fused_rows_kernel(
+        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], consumer: Step, params: list[str],
+        pre: list[str], loads: dict, body: list[str], val: str, init: str, comb: str, code: int, op: str,
+        vec: bool, warp: bool,
+    ) -> list[str]:  # fmt: skip
+        """A reduction over the last dims and its broadcast consumer (x / mean(|x|), x - max) in one
+        kernel: a block (or with `warp` a warp) reduces its row, writes the result, then applies the
+        consumer to the same row while it is still in cache (float4 when `vec`), instead of a second
+        kernel that re-reads the whole input from DRAM after every row's reduction."""
+        g = self.graph
+        tid, group = ("lane", "32") if warp else ("threadIdx.x", "blockDim.x")
+        name, bound = (f"{kname}_fwrows", "256") if warp else (f"{kname}_frows", "1024")
+        signature = (
+            f"__global__ void __launch_bounds__({bound}) {name}(int64_t outer, int64_t R"
+            + (", int vec" if vec else "")
+            + ", float* __restrict__ out"
+            + "".join(", " + x for x in params + self._consumer_params(step, consumer))
+            + ") {"
+        )
+        cpre: list[str] = []
+        cloads: dict = {}
+        cfull: list[tuple[int, Leaf]] = []
+        for n, leaf in enumerate(consumer.prologue_leaves(g)):
+            if leaf.name == step.out:
+                cloads[leaf] = "red"
+            elif self._is_scalar(leaf):
+                cpre.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
+                cloads[leaf] = f"pc{n}"
+            else:
+                cfull.append((n, leaf))
+                cloads[leaf] = f"{ptr(leaf.name)}[base + j]"
+        k = [signature, *self._row_loop_head(pre + cpre, warp)]
+        self._lanes = warp
+        try:
+            sweep = _RowSweep(tid, group, tid, "R", "vec")
+            k += self._row_accumulate(step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep)
+        finally:
+            self._lanes = False
+        k.append(f"    const float red = acc{' / (float)R' if op == 'mean' else ''};")
+        k.append(f"    if ({tid} == 0) out[o] = red;")
+        cout = ptr(consumer.out)
+        cbody, cval = emit(g, consumer, Ref(consumer.root.name), lambda leaf: cloads[leaf], indent="      ")
+        if vec:
+            k.append("    if (vec) {")
+            k.append("      " + ROW_HEAD)
+            k.append("      const int64_t n4 = (R - head) >> 2;")
+            k.append("      #pragma unroll 4")
+            k.append(f"      for (int64_t j4 = {tid}; j4 < n4; j4 += {group}) {{")
+            for n, leaf in cfull:
+                row4 = f"reinterpret_cast<const float4*>({ptr(leaf.name)} + base + head)"
+                k.append(f"        const float4 p{n} = {row4}[j4];")
+            k.append("        float4 res;")
+            for comp in "xyzw":
+                lane = dict(cloads)
+                for n, leaf in cfull:
+                    lane[leaf] = f"p{n}.{comp}"
+                b, v = emit(
+                    g, consumer, Ref(consumer.root.name), lambda leaf, ll=lane: ll[leaf], indent="          "
+                )
+                k += ["        {", *b, f"          res.{comp} = {v};", "        }"]
+            k.append(f"        reinterpret_cast<float4*>({cout} + base + head)[j4] = res;")
+            k.append("      }")
+            k += _rest_loop(tid, group, "      ")
+            k += ["  " + b for b in cbody]
+            k += [f"        {cout}[base + j] = {cval};", "      }"]
+            k.append("      continue;")
+            k.append("    }")
+        k.append(f"    for (int64_t j = {tid}; j < R; j += {group}) {{")
+        k += cbody
+        k.append(f"      {cout}[base + j] = {cval};")
+        k.append("    }")
+        k += ["  }", "}"]
+        return k
 
     def _row_accumulate(
         self, step: Step, src: Ref, leaves: list[Leaf], loads: dict, body: list[str], val: str, init: str,
@@ -321,12 +408,19 @@ class CudaEmitter(RowKernels, ColumnKernels):
         """One row's reduction into `acc` by the threads `sweep` names: float4 sweep when allowed, else
         strided scalars; then the group reduction (and logsumexp's second pass)."""
         k = [f"    float acc = {init};"]
+        peel = sweep.vec_span is None  # whole rows of any length: float4 from the first aligned element
         if vec:
             k.append(f"    if ({sweep.vec_condition}) {{")
+            if peel:
+                k.append("      " + ROW_HEAD)
             k += self._vec_sweep(
                 step, src, leaves, loads, sweep.tid, sweep.group,
-                lambda v: f"acc = {comb}(acc, {v});", indent="      ",
+                lambda v: f"acc = {comb}(acc, {v});", indent="      ", span=sweep.vec_span, peel=peel,
             )  # fmt: skip
+            if peel:
+                k += _rest_loop(sweep.tid, sweep.group, "      ")
+                k += ["    " + b for b in body]
+                k += [f"        acc = {comb}(acc, {val});", "      }"]
             k.append("    } else {")
         loop = f"    for (int64_t j = {sweep.start}; j < {sweep.end}; j += {sweep.group}) {{"
         k += [loop, *["  " + b for b in body], f"      acc = {comb}(acc, {val});", "    }"]
@@ -378,6 +472,13 @@ class CudaEmitter(RowKernels, ColumnKernels):
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
         k.append("    const int64_t base = o * R;")
         sweep = _RowSweep("threadIdx.x", "blockDim.x", "lo + threadIdx.x", "hi", "vec && splits == 1")
+        if atomic and vec:
+            # a split's share of the row in float4 units, so that split rows stream float4 too
+            k.append(
+                "    const int64_t n4all = R >> 2, per4 = (n4all + splits - 1) / splits, lo4 = part * per4;"
+            )
+            k.append("    const int64_t hi4 = lo4 + per4 < n4all ? lo4 + per4 : n4all;")
+            sweep = _RowSweep("threadIdx.x", "blockDim.x", "lo + threadIdx.x", "hi", "vec", ("lo4", "hi4"))
         k += self._row_accumulate(step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep)
         scale = " / (float)R" if op == "mean" else ""
         if atomic:
@@ -452,6 +553,11 @@ class CudaEmitter(RowKernels, ColumnKernels):
             k += self._vec_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
         fused_args = ""
         if consumer is not None:
+            for warp in (False, True) if warp_rows else (False,):
+                k += self._fused_rows_kernel(
+                    kname, step, src, leaves, consumer, params, pre, loads, body, val, init, comb, code, op,
+                    vec, warp,
+                )  # fmt: skip
             k += self._fused_cols_kernel(kname, step, consumer, params2, pre2, body2, val2, init, comb, scale)
             if vec:
                 k += self._fused_cols_kernel4(
@@ -483,13 +589,38 @@ class CudaEmitter(RowKernels, ColumnKernels):
         out.append("      const int64_t nb = outer * splits < 65535 * 8 ? outer * splits : 65535 * 8;")
         varg = ""
         if vec:
-            out.append(f"      const int vec = {self._vec_ok(leaves)};")
+            out.append(f"      const int vec = {self._vec_ok(leaves, whole_rows=atomic)};")
             varg = ", vec"
         launch = (
             f"      if (nb > 0) {kname}_rows<<<(unsigned)nb, ROW_BLOCK, 0, st>>>"
             f"(outer, R, splits{varg}, {ptr(step.out)}{a});"
         )
-        if warp_rows:
+        if consumer is not None:
+            # the reduction and its broadcast consumer in one kernel: each row is read back right after
+            # its reduction (from L2, or L1 for short rows), not after every row's reduction
+            fvarg = ""
+            if vec:
+                full = [
+                    ptr(leaf.name)
+                    for leaf in self._consumer_leaves(step, consumer)
+                    if not self._is_scalar(leaf)
+                ]
+                ok = self._vec_ok(leaves, (ptr(consumer.out), *full), whole_rows=False)
+                out.append(f"      const int fvec = {ok};")
+                fvarg = ", fvec"
+            fargs = f"(outer, R{fvarg}, {ptr(step.out)}{a}{fused_args});"
+            launch = f"      if (nb > 0) {kname}_frows<<<(unsigned)nb, ROW_BLOCK, 0, st>>>{fargs}"
+            if warp_rows:
+                out.append("      if (R <= WARP_ROW_MAX) {")
+                out.append("        const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
+                out.append("        const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
+                out.append(f"        if (outer > 0) {kname}_fwrows<<<nbw, 256, 0, st>>>{fargs}")
+                out.append("      } else {")
+                out.append("  " + launch)
+                out.append("      }")
+            else:
+                out.append(launch)
+        elif warp_rows:
             out.append("      if (R <= WARP_ROW_MAX) {")
             out.append("        const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
             out.append("        const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
@@ -594,8 +725,10 @@ class CudaEmitter(RowKernels, ColumnKernels):
             + "".join(", " + p for p in params)
             + ")"
         )
+        # float4 passes over rows that do not fit registers (or when no variant keeps them there)
+        rvec = (step, src, leaves, loads) if self.variant.vectorize and self.variant.fuse else None
         self.kernels.append(
-            self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, False)
+            self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, False, rvec)
         )
         if self.variant.cache_rows:
             self.kernels.append(
@@ -603,7 +736,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             )
         if self.variant.row_warps:
             self.kernels.append(
-                self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, True)
+                self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, True, rvec)
             )
         vec = (
             self.variant.vectorize
@@ -630,6 +763,13 @@ class CudaEmitter(RowKernels, ColumnKernels):
                         warp,
                     )
                 )
+        split = node.op in ("layer_norm", "group_norm")
+        if split:
+            self.kernels.append(
+                self._row_kernels_split(
+                    kname, signature, pre, step, src, leaves, loads, xb, xv, value, epilogue, result
+                )
+            )
         out = [f"    const kf_shape X = {shp(src.name)};"]
         if node.op == "group_norm":
             groups = int(node.attrs["num_groups"])
@@ -667,10 +807,44 @@ class CudaEmitter(RowKernels, ColumnKernels):
             for pt in (1, 2, 4, 8, 16, 32):
                 out.append(f"    }} else if (per <= {pt}) {{")
                 out.append(f"      {kname}_regs<{pt}><<<nb, ROW_BLOCK, 0, st>>>{a};")
+        if split:
+            # long rows: every SM busy however few the rows, float4 sweeps, two reads and one write
+            svec = (
+                self._vec_ok(leaves, (ptr(step.out),))
+                if self.variant.vectorize and self.variant.fuse
+                else "0"
+            )
+            rest = "".join(", " + x for x in args)
+            out.append("    } else if (R >= 16384) {")
+            out.append("      int64_t S = (132 * 8 + outer - 1) / outer;")
+            out.append("      S = S < R / 8192 ? S : R / 8192;")
+            out.append("      S = S < 1024 ? (S > 1 ? S : 1) : 1024;")
+            out.append("      float* kf_part = kf_alloc(sizeof(float) * 2 * (size_t)(outer * S), st);")
+            out.append("      if (!kf_part) { rc = KF_ERR_LAUNCH; goto kf_done; }")
+            out.append(f"      const int svec = {svec};")
+            out.append("      const int64_t ns = outer * S;")
+            out.append("      const unsigned nbs = (unsigned)(ns < 65535 * 8 ? ns : 65535 * 8);")
+            out.append(
+                f"      {kname}_sstats<<<nbs, 256, 0, st>>>(outer, R, G, C, HW, (int)S, svec, kf_part{rest});"
+            )
+            out.append(
+                f"      {kname}_snorm<<<nbs, 256, 0, st>>>(outer, R, G, C, HW, (int)S, svec, kf_part,"
+                f" {ptr(step.out)}{rest});"
+            )
+            out.append("      cudaFreeAsync(kf_part, st);")
         out.append("    } else {")
         out.append(f"      {kname}<<<nb, ROW_BLOCK, 0, st>>>{a};")
         out.append("    }")
         return out + self._launch_check()
+
+
+def _rest_loop(tid: str, group: str, indent: str) -> list[str]:
+    """The opening of a strided loop over a peeled row's head [0, head) and tail [head + 4 * n4, R),
+    defining the element index `j`."""
+    return [
+        f"{indent}for (int64_t t = {tid}; t < R - 4 * n4; t += {group}) {{",
+        f"{indent}  const int64_t j = t < head ? t : t + 4 * n4;",
+    ]
 
 
 @dataclass(frozen=True)
@@ -682,3 +856,4 @@ class _RowSweep:
     start: str
     end: str
     vec_condition: str
+    vec_span: tuple[str, str] | None = None  # float4 range [first, end) when not the whole row

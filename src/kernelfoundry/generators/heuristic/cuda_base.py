@@ -57,10 +57,12 @@ class EmitterBase:
                 out.append((k, leaf))
         return out
 
-    def _vec_ok(self, leaves: list[Leaf], also: tuple[str, ...] = ()) -> str:
-        """Host-side condition for the float4 row paths: rows of 4k elements, operands 16-byte aligned."""
+    def _vec_ok(self, leaves: list[Leaf], also: tuple[str, ...] = (), whole_rows: bool = True) -> str:
+        """Host-side condition for the float4 row paths: operands 16-byte aligned and, with
+        `whole_rows`, rows of 4k elements (without it the kernel peels each row's unaligned head)."""
         ptrs = [ptr(leaf.name) for _, leaf in self._full_leaves(leaves)] + list(also)
-        return " && ".join(["(R % 4 == 0)"] + [f"(((uintptr_t){p}) % 16 == 0)" for p in ptrs])
+        rows = ["(R % 4 == 0)"] if whole_rows else []
+        return " && ".join(rows + [f"(((uintptr_t){p}) % 16 == 0)" for p in ptrs])
 
     def _emit(self, step: Step, src: Ref, loads: dict, indent: str) -> tuple[list[str], str]:
         return emit(self.graph, step, src, lambda leaf: loads[leaf], indent=indent)
@@ -88,6 +90,11 @@ class EmitterBase:
             return f"kf_warp_reduce<{op_code}>({v})"
         fn = "kf_block_reduce_tree" if self.variant.reduction == "block" else "kf_block_reduce_warp"
         return f"{fn}<{op_code}>({v}, kf_scratch)"
+
+
+# The elements of a row before its first 16-byte boundary (operands' base pointers are aligned, so
+# element `base` of every full operand sits at the same offset from one)
+ROW_HEAD = "const int64_t lead = (4 - (base & 3)) & 3, head = lead < R ? lead : R;"
 
 
 def _numel_of(shape: tuple[int, ...]) -> int:

@@ -160,7 +160,7 @@ def cuda_gemm_plan(graph: Graph) -> GemmPlan | None:
     """The plan when the CUDA GEMM family applies: a pointwise tail, or a pointwise chain and a sum /
     mean over the features; None otherwise (softmax, log-softmax, max, min, or no linear)."""
     plan = gemm_plan(graph)
-    if plan is None:
+    if plan is None or plan.matmul or plan.step is None:  # a matmul stays in cuBLAS, through torch
         return None
     if plan.step.kind == "pointwise":
         return plan

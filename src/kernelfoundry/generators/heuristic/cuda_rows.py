@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernelfoundry.generators.heuristic.cuda_base import EmitterBase
+from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD, EmitterBase
 from kernelfoundry.generators.heuristic.entry import ptr
 from kernelfoundry.generators.heuristic.expressions import literal
 from kernelfoundry.generators.heuristic.graph import OpNode, Ref
@@ -27,10 +27,16 @@ class RowKernels(EmitterBase):
         group: str,
         stmt: Callable[[str], str],
         indent: str = "    ",
+        span: tuple[str, str] | None = None,
+        peel: bool = False,
+        counted: bool = False,
     ) -> list[str]:
         """Stream one row [0, R) at `base` as float4: PER_THREAD loads per thread in flight, then the math.
 
         `stmt(value)` is the statement consuming one element's value; the row length must be a multiple of 4.
+        `span` (first, end) streams only those float4 of the row (a split's share). `peel`: the row
+        starts `head` elements before a 16-byte boundary (any length): the float4 cover
+        [head, head + 4 * n4), the caller the rest (`counted`: the caller has declared n4).
         """
         full = self._full_leaves(leaves)
         i2 = indent + "  "
@@ -40,7 +46,15 @@ class RowKernels(EmitterBase):
                 step, src, full, loads, i2 + "  ", "w{kk}[" + u + "]", lambda _c, v: stmt(v)
             )
 
-        k = [f"{indent}const int64_t n4 = R >> 2;", f"{indent}int64_t j4 = {tid};"]
+        at = "base + head" if peel else "base"
+        if counted:
+            k = [f"{indent}int64_t j4 = {tid};"]
+        elif peel:
+            k = [f"{indent}const int64_t n4 = (R - head) >> 2;", f"{indent}int64_t j4 = {tid};"]
+        elif span is None:
+            k = [f"{indent}const int64_t n4 = R >> 2;", f"{indent}int64_t j4 = {tid};"]
+        else:
+            k = [f"{indent}const int64_t n4 = {span[1]};", f"{indent}int64_t j4 = {span[0]} + {tid};"]
         k.append(f"{indent}for (; j4 + (int64_t)(PER_THREAD - 1) * {group} < n4;")
         k.append(f"{indent}     j4 += (int64_t)PER_THREAD * {group}) {{")
         for kk, _ in full:
@@ -49,7 +63,7 @@ class RowKernels(EmitterBase):
         k.append(f"{i2}for (int u = 0; u < PER_THREAD; ++u) {{")
         for kk, leaf in full:
             k.append(
-                f"{i2}  w{kk}[u] = reinterpret_cast<const float4*>({ptr(leaf.name)} + base)"
+                f"{i2}  w{kk}[u] = reinterpret_cast<const float4*>({ptr(leaf.name)} + {at})"
                 f"[j4 + (int64_t)u * {group}];"
             )
         k.append(f"{i2}}}")
@@ -62,7 +76,7 @@ class RowKernels(EmitterBase):
         for kk, leaf in full:
             k.append(
                 f"{i2}const float4 w{kk}[1] = "
-                f"{{reinterpret_cast<const float4*>({ptr(leaf.name)} + base)[j4]}};"
+                f"{{reinterpret_cast<const float4*>({ptr(leaf.name)} + {at})[j4]}};"
             )
         k += body("0")
         k.append(f"{indent}}}")
@@ -137,21 +151,58 @@ class RowKernels(EmitterBase):
     def _row_kernel(
         self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
         epilogue: list[str], result: str, op: str, warp: bool,
+        vec: tuple[Step, Ref, list[Leaf], dict] | None = None,
     ) -> str:  # fmt: skip
         """Every pass re-reads the row from global memory (L2 catches most of it). One block per row, or
         with `warp` one warp per row (rows up to WARP_ROW_MAX): lane-strided sweeps, shuffle-only
-        reductions."""
+        reductions. With `vec` (step, src, leaves, loads) and 16-byte aligned operands, every pass
+        streams float4 from each row's first 16-byte boundary (PER_THREAD loads in flight a thread;
+        scalars one at a time kept the rows of a long softmax latency-bound), the head and tail as
+        scalars."""
         tid, group = ("lane", "32") if warp else ("threadIdx.x", "blockDim.x")
 
-        def sweep(stmt: str) -> list[str]:
+        def scalar(stmt: str, start: str = tid, end: str = "R", index: str = "") -> list[str]:
             return [
-                f"    for (int64_t j = {tid}; j < R; j += {group}) {{",
+                f"    for (int64_t {'t' if index else 'j'} = {start}; {'t' if index else 'j'} < {end};"
+                f" {'t' if index else 'j'} += {group}) {{",
+                *([f"        const int64_t j = {index};"] if index else []),
                 *xb,
                 f"        const float xv = {xv};",
                 f"        {stmt}",
                 "    }",
             ]
 
+        write = (
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        sweep = scalar
+        if vec is not None:
+            step, src, leaves, loads = vec
+            used: set = set()
+
+            def record(leaf: Leaf) -> str:
+                used.add(leaf)
+                return loads[leaf]
+
+            emit(self.graph, step, src, record, indent="")
+            read = [leaf for leaf in leaves if leaf in used]
+            ok = self._vec_ok(read, ("out",), whole_rows=False)
+            rest = ("R - 4 * n4", "t < head ? t : t + 4 * n4")
+
+            def sweep(stmt: str) -> list[str]:
+                k = [f"    if ({ok}) {{", "      " + ROW_HEAD, "      const int64_t n4 = (R - head) >> 2;"]
+                k += self._vec_sweep(
+                    step, src, read, loads, tid, group, lambda v: f"{{ const float xv = {v}; {stmt} }}",
+                    indent="      ", peel=True, counted=True,
+                )  # fmt: skip
+                k += ["  " + line for line in scalar(stmt, tid, *rest)]
+                k += ["    } else {", *["  " + line for line in scalar(stmt)], "    }"]
+                return k
+
+            writes = [f"    if ({ok}) {{", "      " + ROW_HEAD, "      const int64_t n4 = (R - head) >> 2;"]
+            writes += self._vec_write(step, src, read, loads, tid, group, value, epilogue, result)
+            writes += ["  " + line for line in scalar(write, tid, *rest)]
+            writes += ["    } else {", *["  " + line for line in scalar(write)], "    }"]
         eps = literal(float(self._eps))
         name, bound = (f"{kname}_warp", "256") if warp else (kname, "1024")
         k = [f"__global__ void __launch_bounds__({bound}) {name}{signature} {{"]
@@ -161,11 +212,64 @@ class RowKernels(EmitterBase):
             k += self._stats(op, eps, sweep, self.variant.online)
         finally:
             self._lanes = False
-        k += sweep(
-            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
-        )
+        k += writes if vec is not None else scalar(write)
         k += ["  }", "}"]
         return "\n".join(k)
+
+    def _vec_write(
+        self, step: Step, src: Ref, read: list[Leaf], loads: dict, tid: str, group: str, value: str,
+        epilogue: list[str], result: str,
+    ) -> list[str]:  # fmt: skip
+        """The output pass of a peeled row as float4, PER_THREAD loads in flight a thread: the value of
+        element j = head + 4 * j4 + c from the row's statistics, the epilogue, one float4 store."""
+        full = self._full_leaves(read)
+
+        def body(w: str, u: str) -> list[str]:
+            k = ["          float4 res;"]
+            for c, comp in enumerate("xyzw"):
+                lanes = dict(loads)
+                for kk, leaf in full:
+                    lanes[leaf] = f"{w}{kk}[{u}].{comp}"
+                b, v = self._emit(step, src, lanes, "            ")
+                k += [
+                    "          {",
+                    f"            const int64_t j = head + 4 * j4u + {c};",
+                    "            (void)j;",
+                ]
+                k += b
+                k += [f"            const float xv = {v};", f"            const float y = {value};"]
+                k += ["  " + line for line in epilogue]
+                k += [f"            res.{comp} = {result};", "          }"]
+            k.append("          reinterpret_cast<float4*>(out + base + head)[j4u] = res;")
+            return k
+
+        k = [f"      int64_t j4 = {tid};"]
+        k.append(f"      for (; j4 + (int64_t)(PER_THREAD - 1) * {group} < n4;")
+        k.append(f"           j4 += (int64_t)PER_THREAD * {group}) {{")
+        for kk, _ in full:
+            k.append(f"        float4 w{kk}[PER_THREAD];")
+        k.append("        #pragma unroll")
+        k.append("        for (int u = 0; u < PER_THREAD; ++u) {")
+        for kk, leaf in full:
+            k.append(
+                f"          w{kk}[u] = reinterpret_cast<const float4*>({ptr(leaf.name)} + base + head)"
+                f"[j4 + (int64_t)u * {group}];"
+            )
+        k.append("        }")
+        k.append("        #pragma unroll")
+        k.append("        for (int u = 0; u < PER_THREAD; ++u) {")
+        k.append(f"          const int64_t j4u = j4 + (int64_t)u * {group};")
+        k += ["  " + line for line in body("w", "u")]
+        k.append("        }")
+        k.append("      }")
+        k.append(f"      for (; j4 < n4; j4 += {group}) {{")
+        k.append("        const int64_t j4u = j4;")
+        for kk, leaf in full:
+            row4 = f"reinterpret_cast<const float4*>({ptr(leaf.name)} + base + head)"
+            k.append(f"        const float4 w{kk}[1] = {{{row4}[j4]}};")
+        k += body("w", "0")
+        k.append("      }")
+        return k
 
     @staticmethod
     def _row_loop_head(pre: list[str], warp: bool) -> list[str]:
@@ -313,5 +417,110 @@ class RowKernels(EmitterBase):
         k += sweep(
             "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
         )
+        k += ["  }", "}"]
+        return "\n".join(k)
+
+    def _row_kernels_split(
+        self, kname: str, signature: str, pre: list[str], step: Step, src: Ref, leaves: list[Leaf],
+        loads: dict, xb: list[str], xv: str, value: str, epilogue: list[str], result: str,
+    ) -> str:  # fmt: skip
+        """LayerNorm / GroupNorm rows too long for registers, split over S blocks each (S = 1 when there
+        are rows enough): `_sstats` sums x - shift and its square over its share of the row (float4 when
+        `vec`; the shift is the row's first element, so that E[d^2] - E[d]^2 does not cancel), one
+        partial pair per block into `part`; `_snorm` combines the row's S pairs and normalises its share.
+        Two reads and one write of DRAM, every SM busy however few the rows."""
+        used: set = set()
+
+        def record(leaf: Leaf) -> str:
+            used.add(leaf)
+            return loads[leaf]
+
+        emit(self.graph, step, src, record, indent="")
+        full = [(k, leaf) for k, leaf in self._full_leaves(leaves) if leaf in used]
+        head = signature.replace("float* __restrict__ out", "int S, int vec, float* __restrict__ part", 1)
+
+        def loop(body_vec: list[str], body_scalar: list[str]) -> list[str]:
+            k = ["    if (vec) {"]
+            k.append("      const int64_t R4 = R >> 2, per4 = (R4 + S - 1) / S, lo4 = sp * per4;")
+            k.append("      const int64_t hi4 = lo4 + per4 < R4 ? lo4 + per4 : R4;")
+            k.append("      for (int64_t j4 = lo4 + threadIdx.x; j4 < hi4; j4 += blockDim.x) {")
+            for kk, leaf in full:
+                load = f"reinterpret_cast<const float4*>({ptr(leaf.name)} + base)[j4]"
+                k.append(f"        const float4 w{kk} = {load};")
+            k += body_vec
+            k.append("      }")
+            k.append("    } else {")
+            k.append(
+                "      const int64_t per = (R + S - 1) / S, lo = sp * per, hi = lo + per < R ? lo + per : R;"
+            )
+            k.append("      for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {")
+            k += ["  " + b for b in xb]
+            k.append(f"          const float xv = {xv};")
+            k += body_scalar
+            k.append("      }")
+            k.append("    }")
+            return k
+
+        def components(stmt: Callable[[str], list[str]]) -> list[str]:
+            k: list[str] = []
+            for c, comp in enumerate("xyzw"):
+                lanes = dict(loads)
+                for kk, leaf in full:
+                    lanes[leaf] = f"w{kk}.{comp}"
+                b, v = self._emit(step, src, lanes, "          ")
+                k += ["        {", f"          const int64_t j = j4 * 4 + {c};", "          (void)j;", *b]
+                k += [f"          const float xv = {v};", *stmt(comp), "        }"]
+            return k
+
+        def row_head(name: str, params: str) -> list[str]:
+            k = [f"__global__ void __launch_bounds__(256) {kname}_{name}{params} {{"]
+            k.append("  __shared__ float kf_scratch[1024 + 33];")
+            k += pre
+            k.append("  for (int64_t t = blockIdx.x; t < outer * S; t += gridDim.x) {")
+            k.append("    const int64_t o = t / S, sp = t % S, base = o * R;")
+            k.append("    float shift;")
+            k.append("    {")
+            k.append("      const int64_t j = 0;")
+            k.append("      (void)j;")
+            k += xb
+            k.append(f"      shift = {xv};")
+            k.append("    }")
+            return k
+
+        k = row_head("sstats", head)
+        k.append("    float s1 = 0.0f, s2 = 0.0f;")
+        accumulate = ["          { const float d = xv - shift; s1 += d; s2 += d * d; }"]
+        k += loop(components(lambda _c: accumulate), accumulate)
+        k.append("    s1 = " + self._reduce_call(0, "s1") + ";")
+        k.append("    s2 = " + self._reduce_call(0, "s2") + ";")
+        k.append("    if (threadIdx.x == 0) { part[2 * t] = s1; part[2 * t + 1] = s2; }")
+        k += ["  }", "}"]
+        norm_head = head.replace(
+            "float* __restrict__ part", "const float* __restrict__ part, float* __restrict__ out", 1
+        )
+        k += row_head("snorm", norm_head)
+        k.append("    float s1 = 0.0f, s2 = 0.0f;")
+        k.append("    for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {")
+        k.append("      s1 += part[2 * (o * S + i)];")
+        k.append("      s2 += part[2 * (o * S + i) + 1];")
+        k.append("    }")
+        k.append("    s1 = " + self._reduce_call(0, "s1") + ";")
+        k.append("    s2 = " + self._reduce_call(0, "s2") + ";")
+        k.append("    const float dm = s1 / (float)R;")
+        k.append("    const float mean = shift + dm;")
+        k.append("    const float var = fmaxf(s2 / (float)R - dm * dm, 0.0f);")
+        k.append(f"    const float rstd = rsqrtf(var + {literal(float(self._eps))});")
+
+        def write(comp: str) -> list[str]:
+            return [f"          const float y = {value};", *epilogue, f"          res.{comp} = {result};"]
+
+        vec_body = ["        float4 res;", *components(write)]
+        vec_body.append("        reinterpret_cast<float4*>(out + base)[j4] = res;")
+        scalar_body = [
+            f"          const float y = {value};",
+            *epilogue,
+            f"          out[base + j] = {result};",
+        ]
+        k += loop(vec_body, scalar_body)
         k += ["  }", "}"]
         return "\n".join(k)

@@ -99,11 +99,11 @@ def expression(op: str, a: Sequence[str], attrs: Mapping[str, Any]) -> str:
             beta = float(attrs.get("beta", 1.0))
             thr = literal(float(attrs.get("threshold", 20.0)))
             bx = f"({x} * {literal(beta)})"
-            return f"({bx} > {thr} ? {x} : log1pf(kf_exp({bx})) / {literal(beta)})"
+            return f"({bx} > {thr} ? {x} : kf_log1p(kf_exp({bx})) / {literal(beta)})"
         case "silu":
             return f"({x} * kf_sigmoid({x}))"
         case "mish":
-            return f"({x} * kf_tanh({x} > 20.0f ? {x} : log1pf(kf_exp({x}))))"
+            return f"({x} * kf_tanh({x} > 20.0f ? {x} : kf_log1p(kf_exp({x}))))"
         case "hardswish":
             return f"({x} * kf_min(kf_max({x} + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f))"
         case "hardsigmoid":

@@ -3,8 +3,10 @@
 torch.fx traces `Model.forward` symbolically; ShapeProp runs it once on the task's inputs so every node
 carries its shape. Each fx node becomes an `OpNode` with a canonical op name, operands (`Ref` to a graph
 value, or a baked float constant) and attributes; modules are resolved (nn.LayerNorm -> layer_norm with
-its parameters as operands, nn.BatchNorm in inference -> its pointwise formula, ...). Scalars from
-`get_init_inputs` and constants in `forward` are baked as floats.
+its parameters as operands, nn.BatchNorm in inference -> its pointwise formula, an adaptive average
+pool to size 1 -> mean, torch.norm (2 / Frobenius) -> the square root of a sum of squares, ...).
+Scalars from `get_init_inputs` and constants in `forward` (`torch.tensor(c)` included) are baked as
+floats.
 
 Must never compile or run a kernel; torch is imported lazily so the module imports without it.
 """
@@ -193,7 +195,11 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
     # so one-element ones are baked as numbers and the glue rebuilds the others from their values.
     traced_constants = {q: b for q, b in buffers if q.startswith("_tensor_constant")}
 
+    scalars: dict[str, float] = {}  # one-element float tensors built from a literal in forward
+
     def ref(a: Any) -> Operand:
+        if isinstance(a, torch.fx.Node) and a.name in scalars:
+            return scalars[a.name]
         if isinstance(a, torch.fx.Node):
             if a.op == "get_attr" and a.target in traced_constants:
                 value = traced_constants[a.target]
@@ -264,23 +270,58 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
             continue
         op = n.target if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
         op = _CANONICAL.get(op, op)
+        if op == "einsum" and _einsum_is_matmul(n):
+            op = "matmul"  # a contraction of A's last dim with a matrix: A @ B (the glue replays the einsum)
         if op in ("max", "min") and _has_dim(n):
             # torch.max(x, dim) is a (values, indices) pair: the getitem that takes one lowers it
             pairs[n.name] = (n, op)
             add_torch(n, op)
             continue
-        if op == "getitem" and isinstance(n.args[0], torch.fx.Node) and n.args[0].name in pairs:
+        if op in ("max", "min") and not n.kwargs and len(n.args) in (1, 2):
+            # torch.max(x): the max of every element; torch.max(a, b) of two tensors: elementwise
+            if len(n.args) == 1:
+                op = "a" + op
+            elif isinstance(n.args[1], torch.fx.Node):
+                op = "maximum" if op == "max" else "minimum"
+        if op in ("getitem", "getattr") and isinstance(n.args[0], torch.fx.Node) and n.args[0].name in pairs:
             try:
                 _lower_pair_item(n, *pairs[n.args[0].name], ref, add)
             except UnsupportedGraph:
                 add_torch(n, op)
             continue
+        if op == "tensor" and _float_literal(n) is not None:
+            # torch.tensor(c, device=x.device) in forward: generated ops read the number c, torch ops
+            # (the glue) the tensor
+            scalars[n.name] = _float_literal(n)
         try:
             _lower_call(n, op, ref, add, alias, synth, shapes)
         except UnsupportedGraph:
             add_torch(n, op)
     constants = {q: b.tolist() for q, b in traced_constants.items() if b.numel() <= 4096}
+    # A traced constant every use of which was baked as a number is no input: the reference's
+    # state (what a unit without glue is called with) does not hold it.
+    used = {a.name for n in nodes for a in n.args if isinstance(a, Ref)} | set(outputs)
+    baked = {v.name for v in values if v.qualname in traced_constants and v.name not in used}
+    if baked:
+        kept = [v for v in values if v.name not in baked]
+        values = [Value(v.name, v.kind, i, v.shape, v.qualname) for i, v in enumerate(kept)]
     return Graph(values, nodes, outputs, shapes, modules, alias, frozenset(opaque), constants)
+
+
+def _einsum_is_matmul(n: Any) -> bool:
+    """`torch.einsum("...x,xy->...y", A, B)` with named dims (e.g. "bijl,lk->bijk"): A @ B."""
+    if len(n.args) != 3 or n.kwargs or not isinstance(n.args[0], str):
+        return False
+    equation = n.args[0].replace(" ", "")
+    if "->" not in equation or "." in equation:
+        return False
+    inputs, out = equation.split("->")
+    parts = inputs.split(",")
+    if len(parts) != 2 or len(parts[1]) != 2 or len(parts[0]) < 2:
+        return False
+    a, (x, y) = parts[0], parts[1]
+    letters = a + y
+    return a[-1] == x and out == a[:-1] + y and len(set(letters)) == len(letters) and letters.isalpha()
 
 
 def _has_dim(n: Any) -> bool:
@@ -291,9 +332,20 @@ def _has_dim(n: Any) -> bool:
     return isinstance(dim, int) and not isinstance(dim, torch.fx.Node)
 
 
+def _float_literal(n: Any) -> float | None:
+    """c of `torch.tensor(c, ...)` where it builds a one-element float32 tensor from a number."""
+    import torch
+
+    meta = n.meta.get("tensor_meta")
+    value = n.args[0] if n.args else None
+    if meta is None or getattr(meta, "dtype", None) != torch.float32 or tuple(meta.shape) != ():
+        return None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _lower_pair_item(n: Any, pair: Any, pair_op: str, ref: Any, add: Any) -> None:
-    """`torch.max(x, d)[0]` -> amax over d, `[1]` -> argmax over d (likewise min)."""
-    index = n.args[1]
+    """`torch.max(x, d)[0]` or `.values` -> amax over d, `[1]` -> argmax over d (likewise min)."""
+    index = {"values": 0, "indices": 1}.get(n.args[1], n.args[1])
     dim = pair.kwargs.get("dim", pair.args[1] if len(pair.args) > 1 else None)
     keep = bool(pair.kwargs.get("keepdim", pair.args[2] if len(pair.args) > 2 else False))
     base = "amax" if pair_op == "max" else "amin"
@@ -317,12 +369,20 @@ def _lower_call(
         names = ("input", "target", "size_average", "reduce", "reduction", "beta")
         if op == "huber_loss":
             names = ("input", "target", "reduction", "delta")
+        if op == "kl_div":
+            names = ("input", "target", "size_average", "reduce", "reduction", "log_target")
         settings = dict(zip(names, n.args, strict=False))
         settings.update(n.kwargs)
         if settings.get("size_average") is not None or settings.get("reduce") is not None:
             raise UnsupportedGraph(f"`{n.name}`: legacy reduction arguments")
         operands = [ref(settings["input"]), ref(settings["target"])]
         decompose_loss(n.name, op, operands, shapes, settings, synth, lambda *a: add(n, "mean", *a[1:]))
+        return
+    if op == "norm":
+        _lower_norm(n, ref, add, synth, shapes)
+        return
+    if op in _GLOBAL_POOLS:
+        _lower_global_pool(n, op, ref, add, n.args[1] if len(n.args) > 1 else n.kwargs.get("output_size"))
         return
     bound = _bind(op, n.args, n.kwargs)
     if op in ("dropout", "contiguous", "clone", "detach") or (op == "to" and n.op == "call_method"):
@@ -357,6 +417,51 @@ def _lower_call(
         add(n, op, [ref(n.args[0]), *extra], attrs)
     else:
         raise UnsupportedGraph(f"operation `{op}` stays in torch")
+
+
+_GLOBAL_POOLS = {f"adaptive_avg_pool{d}d": d for d in (1, 2, 3)}
+
+
+def _lower_global_pool(n: Any, op: str, ref: Any, add: Any, output_size: Any) -> None:
+    """An adaptive average pool to one value per channel (output size 1 in every pooled dim) is the
+    mean over the trailing dims, kept; any other output size stays in torch."""
+    dims = _GLOBAL_POOLS[op]
+    sizes = list(output_size) if isinstance(output_size, tuple | list) else [output_size] * dims
+    if len(sizes) != dims or any(s != 1 for s in sizes):
+        raise UnsupportedGraph(f"`{n.name}`: {op} to {output_size!r} stays in torch")
+    add(n, "mean", [ref(n.args[0])], {"dim": tuple(range(-dims, 0)), "keepdim": True})
+
+
+def _float32() -> Any:
+    import torch
+
+    return torch.float32
+
+
+def _lower_norm(n: Any, ref: Any, add: Any, synth: Any, shapes: dict[str, Shape]) -> None:
+    """torch.norm / Tensor.norm as the 2-norm (Frobenius) over the given dims, all by default: the
+    square root of a sum of squares. Other p, `out` or `dtype` stay in torch."""
+    names = ("input", "p", "dim", "keepdim", "out", "dtype")
+    settings = dict(zip(names, n.args, strict=False))
+    settings.update(n.kwargs)
+    p = settings.get("p", "fro")
+    if p not in ("fro", 2, 2.0) or settings.get("out") is not None or settings.get("dtype") is not None:
+        raise UnsupportedGraph(f"`{n.name}`: norm with p={p!r} stays in torch")
+    x = ref(settings["input"])
+    meta = n.meta.get("tensor_meta")
+    if not isinstance(x, Ref) or getattr(meta, "dtype", None) != _float32():
+        raise UnsupportedGraph(f"`{n.name}`: only the norm of a float32 tensor is generated")
+    shape = shapes[x.name]
+    dim = settings.get("dim")
+    keep = bool(settings.get("keepdim", False))
+    listed = dim if isinstance(dim, tuple | list) else [dim]
+    if dim is not None and not all(isinstance(d, int) and -len(shape) <= d < len(shape) for d in listed):
+        raise UnsupportedGraph(f"`{n.name}`: norm over dims {dim!r}")
+    reduced = set(range(len(shape))) if dim is None else {d % len(shape) for d in listed}
+    out = tuple(1 if i in reduced else s for i, s in enumerate(shape) if keep or i not in reduced)
+    square = synth(f"{n.name}_sq", "mul", [x, x], {}, shape)
+    total = synth(f"{n.name}_sumsq", "sum", [square], {"dim": dim, "keepdim": keep}, out)
+    add(n, "sqrt", [total])
 
 
 # Aliases that name the same computation.
@@ -398,13 +503,14 @@ def _lower_module(
         nn.HuberLoss: "huber_loss",
         nn.MSELoss: "mse_loss",
         nn.TripletMarginLoss: "triplet_margin_loss",
+        nn.KLDivLoss: "kl_div",
     }
     if type(mod) in losses:
         if n.kwargs:
             raise UnsupportedGraph(f"`{n.name}`: keyword arguments to a loss module")
         settings = {
             k: getattr(mod, k)
-            for k in ("reduction", "beta", "delta", "margin", "p", "eps", "swap")
+            for k in ("reduction", "beta", "delta", "margin", "p", "eps", "swap", "log_target")
             if hasattr(mod, k)
         }
         final = lambda *a: add(n, "mean", *a[1:])  # noqa: E731
@@ -474,7 +580,12 @@ def _lower_module(
         mod, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose2d | nn.ConvTranspose3d
     ):
         add(n, "module", [x], {"module": n.target})
-    elif (pool := _pooling_op(type(mod).__name__)) is not None:
+    elif (pool := _pooling_op(type(mod).__name__)) in _GLOBAL_POOLS:
+        try:
+            _lower_global_pool(n, pool, ref, add, mod.output_size)
+        except UnsupportedGraph:
+            add(n, pool, [ref(a) for a in n.args], {"module": n.target})
+    elif pool is not None:
         add(n, pool, [ref(a) for a in n.args], {"module": n.target})
     else:
         add(n, "module", [ref(a) for a in n.args], {"module": n.target, "other": True})

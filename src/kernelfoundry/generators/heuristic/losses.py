@@ -1,5 +1,6 @@
 """Losses written as the pointwise ops and reductions they are made of, so the fused emitters
-generate them: smooth L1 / Huber, MSE and the triplet margin loss (mean reduction).
+generate them: smooth L1 / Huber, MSE and the triplet margin loss (mean reduction), and the KL
+divergence (mean, batchmean or sum reduction, probabilities or log-probabilities as target).
 
 `decompose_loss` appends synthetic nodes (no fx node: they never go back to torch one by one) and
 ends with the loss's own fx node as a `mean`, so the rest of the graph reads it by its name. Other
@@ -17,7 +18,10 @@ from kernelfoundry.generators.heuristic.graph import Operand, Ref, Shape, Unsupp
 Synth = Callable[[str, str, Sequence[Operand], Mapping[str, Any], Shape], Ref]
 Final = Callable[[str, Sequence[Operand], Mapping[str, Any]], None]
 
-LOSSES = ("smooth_l1_loss", "huber_loss", "mse_loss", "triplet_margin_loss")
+LOSSES = ("smooth_l1_loss", "huber_loss", "mse_loss", "triplet_margin_loss", "kl_div")
+
+# The smallest normal float: log of it is finite, so t * log(max(t, FLT_MIN)) is 0 where t is 0 (xlogy)
+FLT_MIN = 1.1754943508222875e-38
 
 
 def _broadcast(*shapes: Shape) -> Shape:
@@ -41,9 +45,12 @@ def decompose_loss(
     final: Final,
 ) -> None:
     """Append the loss's nodes; `final` adds the last one (a mean over everything) under `name`."""
+    mean = {"dim": None, "keepdim": False}
+    if loss == "kl_div":
+        _kl_div(name, operands, shapes, settings, synth, lambda term: final(name, [term], mean))
+        return
     if settings.get("reduction", "mean") != "mean":
         raise UnsupportedGraph(f"`{name}`: only the mean reduction of `{loss}` is generated")
-    mean = {"dim": None, "keepdim": False}
     if loss in ("smooth_l1_loss", "huber_loss", "mse_loss"):
         a, b = operands
         shape = _broadcast(shapes[a.name], shapes[b.name])
@@ -82,3 +89,38 @@ def decompose_loss(
     gap = synth(f"{name}_gap", "sub", distances, {}, shape)
     shifted = synth(f"{name}_margin", "add", [gap, margin], {}, shape)
     final(name, [synth(f"{name}_hinge", "relu", [shifted], {}, shape)], mean)
+
+
+def _kl_div(
+    name: str,
+    operands: Sequence[Ref],
+    shapes: Mapping[str, Shape],
+    settings: Mapping[str, Any],
+    synth: Synth,
+    final: Callable[..., None],
+) -> None:
+    """torch's kl_div: xlogy(t, t) - t * input per element (exp(t) * (t - input) with log_target), then
+    the mean; sum is the mean scaled by numel, batchmean the sum over input.size(0)."""
+    reduction = settings.get("reduction", "mean")
+    if reduction not in ("mean", "batchmean", "sum"):
+        raise UnsupportedGraph(f"`{name}`: the {reduction} reduction of `kl_div` is not generated")
+    inp, tgt = operands
+    shape = _broadcast(shapes[inp.name], shapes[tgt.name])
+    if settings.get("log_target", False):
+        e = synth(f"{name}_exp", "exp", [tgt], {}, shapes[tgt.name])
+        d = synth(f"{name}_diff", "sub", [tgt, inp], {}, shape)
+        term = synth(f"{name}_term", "mul", [e, d], {}, shape)
+    else:
+        positive = synth(f"{name}_tpos", "clamp", [tgt], {"min": FLT_MIN}, shapes[tgt.name])
+        log = synth(f"{name}_tlog", "log", [positive], {}, shapes[tgt.name])
+        d = synth(f"{name}_diff", "sub", [log, inp], {}, shape)
+        term = synth(f"{name}_term", "mul", [tgt, d], {}, shape)
+    in_shape = shapes[inp.name]
+    numel = 1
+    for size in shape:
+        numel *= size
+    # torch: batchmean of a 0-d input is its sum
+    scale = {"mean": 1, "sum": numel, "batchmean": numel / in_shape[0] if in_shape else numel}[reduction]
+    if scale != 1:
+        term = synth(f"{name}_scaled", "mul", [term, float(scale)], {}, shape)
+    final(term)

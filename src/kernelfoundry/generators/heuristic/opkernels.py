@@ -7,8 +7,10 @@ cumsum or argmax task is that one op, and a candidate must launch at least one g
 backend)` writes its C++ / CUDA entry point. Each family is one item function over a parameter struct
 (`KF_HD`, so g++ and nvcc compile the same text): the CPU entry runs the items in an
 `omp parallel for`, the CUDA entry launches one thread per item with a grid-stride loop on the given
-stream. Items are output rows where a row's inner loop vectorises on the CPU (matmul: k-outer
-row updates; convolution: the output row's valid column range per kernel tap). Shapes are read from
+stream, except where a family has CUDA kernels of its own (opkernels_cuda.py: scans, fixed-window
+pooling, convolutions, arg-reductions). Items are output rows where a row's inner loop vectorises on
+the CPU (matmul: k-outer row updates; convolution: the output row's valid column range per kernel
+tap). Shapes are read from
 the descriptors at run time; stride, padding, dilation, groups and window sizes are the module's and
 are baked in. The glue allocates the output (shape formulas in `GLUE_HELPERS`) and passes contiguous
 inputs. Pure string building; torch is only touched to read module attributes.
@@ -120,6 +122,7 @@ def _module_kernel(graph: Graph, node: OpNode, mod: Any) -> OpKernel | None:
             "bias": int(bias is not None),
         }
         ins = (x, weight) if bias is None else (x, weight, bias)
+        params["kernel"] = _triple(mod.kernel_size, dims, 1)
         if transposed:
             params["output_padding"] = _triple(mod.output_padding, dims, 0)
             shape = _shape_call(
@@ -133,6 +136,7 @@ def _module_kernel(graph: Graph, node: OpNode, mod: Any) -> OpKernel | None:
             )
             return OpKernel(node.name, "conv_transpose", ins, params, shape)
         shape = _shape_call("_conv_shape", 2, params["stride"], params["padding"], params["dilation"])
+        params["in_per_group"] = int(mod.in_channels // mod.groups)
         return OpKernel(node.name, "conv", ins, params, shape)
     if cls in POOL_MODULES:
         kind, dims = POOL_MODULES[cls]
@@ -180,12 +184,12 @@ def _function_kernel(graph: Graph, node: OpNode) -> OpKernel | None:
     fx = node.fx_node
     op = node.op
     if op in ("matmul", "bmm", "mm"):
-        a, b = (_name(graph, v) for v in fx.args[:2])
-        if a is None or b is None or len(fx.args) != 2:
+        # an einsum the graph lowered to a matmul (graph._einsum_is_matmul) carries its equation first
+        operands = fx.args[1:] if isinstance(fx.args[0], str) else fx.args
+        a, b = (_name(graph, v) for v in operands[:2])
+        if a is None or b is None or len(operands) != 2:
             return None
         return OpKernel(node.name, "matmul", (a, b), {}, "_matmul_shape({0}, {1})")
-    if op == "einsum":
-        return _einsum_kernel(graph, node)
     if op == "linear":
         bound = _bound(fx, ("input", "weight", "bias"))
         x, w = _name(graph, bound["input"]), _name(graph, bound["weight"])
@@ -222,24 +226,6 @@ def _function_kernel(graph: Graph, node: OpNode) -> OpKernel | None:
         params = {"scale": float(scale) if scale is not None else 0.0}
         return OpKernel(node.name, "attention", (q, k, v), params, "{0}[:-1] + ({2}[-1],)")
     return None
-
-
-def _einsum_kernel(graph: Graph, node: OpNode) -> OpKernel | None:
-    """`einsum("...xl,lk->...xk", A, B)` (a batched matmul against a matrix) as a matmul."""
-    fx = node.fx_node
-    equation, *operands = fx.args
-    if not isinstance(equation, str) or len(operands) != 2:
-        return None
-    lhs, out = equation.replace(" ", "").split("->")
-    a_sub, b_sub = lhs.split(",")
-    if len(b_sub) != 2 or len(a_sub) < 2 or a_sub[-1] != b_sub[0]:
-        return None
-    if out != a_sub[:-1] + b_sub[1] or len(set(a_sub + b_sub[1])) != len(a_sub) + 1:
-        return None
-    a, b = (_name(graph, v) for v in operands)
-    if a is None or b is None:
-        return None
-    return OpKernel(node.name, "matmul", (a, b), {}, "_matmul_shape({0}, {1})")
 
 
 GLUE_HELPERS = """

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH
 from kernelfoundry.generators.heuristic.graph import UnsupportedGraph
 from kernelfoundry.generators.heuristic.opkernels import OpKernel
+from kernelfoundry.generators.heuristic.opkernels_cuda import cuda_kernels
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 
 _COMMON = r"""
@@ -403,6 +404,9 @@ def op_entry(kernel: OpKernel, entry: str, backend: str) -> str:
   if (!kf_tensor_ok(&outputs[0])) return KF_ERR_BAD_ARGUMENTS;
   kf_tensor* out = &outputs[0];
 {setup}"""
+    if backend == "cuda" and (own := cuda_kernels(kernel, entry)) is not None:
+        kernels, launch = own
+        return "\n".join([struct, kernels, head, launch])
     if backend == "cuda":
         kernel_text = f"""/* One thread per output element: neighbours read neighbouring inputs. */
 __global__ void {entry}_kernel(const {entry}_p p, int64_t items, int64_t cols) {{

@@ -150,6 +150,7 @@ __device__ __forceinline__ float kf_exp(float x) { return expf(x); }
 __device__ __forceinline__ float kf_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ float kf_erf(float x) { return erff(x); }
 __device__ __forceinline__ float kf_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ float kf_log1p(float x) { return log1pf(x); }
 #else
 #ifndef KF_FAST_MATH
 #define KF_FAST_MATH 1
@@ -207,11 +208,43 @@ static inline float kf_sqrt(float x) {
   const float edge = x == 0.0f || x == INFINITY ? x : NAN;
   return x > 0.0f && x < INFINITY ? s : edge;
 }
+/* log1p for x >= 0 (softplus, mish: x = exp(..)): log(u), u = 1 + x, from u's exponent and cephes' logf
+   polynomial on its mantissa in [sqrt(1/2), sqrt(2)), plus (x - (u - 1)) / u for the rounding of 1 + x
+   (tiny x comes back as x); libm's log1pf is a call per element that g++ cannot vectorise. Finite
+   x >= 0 only; +inf and NaN as log1pf. */
+static inline float kf_log1p(float x) {
+  const float u = 1.0f + x;
+  int32_t bits;
+  memcpy(&bits, &u, sizeof bits);
+  float e = (float)(((bits >> 23) & 0xff) - 126);
+  bits = (bits & 0x007fffff) | 0x3f000000; /* the mantissa in [0.5, 1) */
+  float m;
+  memcpy(&m, &bits, sizeof m);
+  const int low = m < 0.70710678f;
+  e = low ? e - 1.0f : e;
+  const float f = low ? m + m - 1.0f : m - 1.0f;
+  const float z = f * f;
+  float y = 7.0376836292e-2f;
+  y = y * f - 1.1514610310e-1f;
+  y = y * f + 1.1676998740e-1f;
+  y = y * f - 1.2420140846e-1f;
+  y = y * f + 1.4249322787e-1f;
+  y = y * f - 1.6668057665e-1f;
+  y = y * f + 2.0000714765e-1f;
+  y = y * f - 2.4999993993e-1f;
+  y = y * f + 3.3333331174e-1f;
+  y = y * f * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  const float r = (f + y) + 0.693359375f * e + (x - (u - 1.0f)) / u;
+  return x < INFINITY ? r : x; /* +inf, NaN through */
+}
 #else
 static inline float kf_sqrt(float x) { return sqrtf(x); }
 static inline float kf_exp(float x) { return expf(x); }
 static inline float kf_tanh(float x) { return tanhf(x); }
 static inline float kf_erf(float x) { return erff(x); }
+static inline float kf_log1p(float x) { return log1pf(x); }
 #endif
 #endif
 

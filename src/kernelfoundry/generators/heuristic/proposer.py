@@ -32,7 +32,7 @@ from kernelfoundry.generators.base import (
 )
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies
-from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies
+from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
@@ -73,10 +73,12 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
         seeds.append(folded)
     # The generated GEMM families go right after the baseline: they beat the library op + fused tail on
     # the CPU tasks measured.
-    if gemm_applies(graph):
+    plan = gemm_plan(graph)
+    if plan is not None:
+        what = "matmul" if plan.matmul else "linear"
         seeds.insert(
             1,
-            (Variant(gemm=True), "linear in a tiled, register-blocked GEMM; the tail fused as its epilogue"),
+            (Variant(gemm=True), f"{what} in a tiled, register-blocked GEMM; the tail fused as its epilogue"),
         )
     if conv_applies(graph):
         seeds.insert(
@@ -89,7 +91,8 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
 def cuda_seeds(
     graph: Graph, direct: tuple[Variant, str], fused: tuple[Variant, str], folded: tuple[Variant, str]
 ) -> list[tuple[Variant, str]]:
-    """CUDA seeds ordered by what won on the H200 suite (bench/results/suite_cuda.txt): rows held in
+    """CUDA seeds ordered by what won on the H200 suite (bench/results/superseded/in_process_harness/
+    suite_cuda.txt, the removed in-process harness; bench/results/suite_cuda_stack.txt): rows held in
     registers for row ops (softmax, layer norm: one read, one write), a warp per short row for
     reductions, then the generic fused kernel; the direct translation, one launch per op and often
     100-1000x slower, comes last (a correct fallback, expensive to time). The GEMM family (a linear with

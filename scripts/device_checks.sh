@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs on the H200 machine (device tool) over a tree that carries .device-carry/ (scripts/prepare_device_carry.sh):
+# installs the carried wheels, then the steps named as arguments, each under its own time limit, writing
+# logs and results into $OUT. Steps:
+#   probe      which sandbox protections the host's CUDA initialises under (kernelfoundry.sandbox.gpu_probe)
+#   gpu-tests  the GPU tests of the sealed evaluation and the CUDA attacks of the adversarial suite
+#   ab         bench/evaluator_ab.py: the suite's seeds judged by the base evaluator (.device-carry/base/src)
+#              and by this tree's, side by side
+#   ab-cpu     the same on the machine's CPU (a quiet many-core host: the CPU cost figure)
+#   cost       bench/evaluation_cost.py on CUDA: per-phase judge time and GPU-busy fraction (KF_COST_TASKS)
+#   probe-speed tests/kernelbench/probe_gpu_speed.py: the proposer's first CUDA seed per op family vs eager
+#   kb:K/N     bench/kernelbench.py run on the K-th of N chunks of the 176 tasks (results appended)
+# e.g. bash scripts/device_checks.sh probe gpu-tests ab
+# Limits per step come from KF_STEP_LIMIT_<STEP> (seconds; defaults below); the whole call must end inside
+# the device's 600 s per command. KF_GPU_TESTS_K narrows the GPU tests (pytest -k), KF_AB_ONLY the A/B's tasks.
+set -uo pipefail
+out="${OUT:-/tmp/kf-out}"
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .device-carry/wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+export KF_BENCH_COMMIT="$(cat .device-carry/commit)" KF_KERNELBENCH="$PWD/.device-carry/kernelbench"
+nvidia-smi -L 2>&1 | tee "$out/device.txt"
+
+for step in "$@"; do
+  started=$(date +%s)
+  case "$step" in
+    probe)
+      timeout "${KF_STEP_LIMIT_PROBE:-90}" python3 -c '
+from kernelfoundry.sandbox.gpu_probe import LADDER, probe
+for rung in LADDER:
+    print(rung, probe(rung), flush=True)
+' 2>&1 | tee "$out/probe.txt"
+      ;;
+    gpu-tests)
+      timeout "${KF_STEP_LIMIT_GPU_TESTS:-260}" python3 -m pytest -q -rfEs -m gpu -p no:cacheprovider \
+        ${KF_GPU_TESTS_K:+-k "$KF_GPU_TESTS_K"} tests/integration/evaluation tests/adversarial/test_cuda_attacks.py \
+        2>&1 | tee "$out/gpu_tests.txt"
+      ;;
+    ab)
+      timeout "${KF_STEP_LIMIT_AB:-300}" python3 bench/evaluator_ab.py --backend cuda \
+        --base-src .device-carry/base/src --rounds "${KF_AB_ROUNDS:-3}" ${KF_AB_ONLY:+--only $KF_AB_ONLY} --out "$out/evaluator_ab_cuda.json" \
+        2>&1 | tee "$out/evaluator_ab_cuda.txt"
+      ;;
+    ab-cpu)
+      timeout "${KF_STEP_LIMIT_AB_CPU:-300}" python3 bench/evaluator_ab.py --backend cpu \
+        --base-src .device-carry/base/src --rounds "${KF_AB_ROUNDS:-3}" ${KF_AB_CPU_ONLY:+--only $KF_AB_CPU_ONLY} --out "$out/evaluator_ab_cpu.json" \
+        2>&1 | tee "$out/evaluator_ab_cpu.txt"
+      ;;
+    cost)
+      timeout "${KF_STEP_LIMIT_COST:-240}" python3 bench/evaluation_cost.py --backend cuda --repeats "${KF_COST_REPEATS:-3}" \
+        --task ${KF_COST_TASKS:-level1_gelu level2_elementwise_chain} --out "$out/evaluation_cost_cuda.json" \
+        2>&1 | tee "$out/evaluation_cost_cuda.txt"
+      ;;
+    probe-speed)
+      timeout "${KF_STEP_LIMIT_PROBE_SPEED:-240}" python3 tests/kernelbench/probe_gpu_speed.py --json "$out/probe_gpu_speed.json" \
+        2>&1 | tee "$out/probe_gpu_speed.txt"
+      ;;
+    kb:*)
+      timeout "${KF_STEP_LIMIT_KB:-540}" python3 bench/kernelbench.py run --backend cuda \
+        --kernelbench .device-carry/kernelbench --chunk "${step#kb:}" --compile --parallel-runs "${KF_KB_PARALLEL:-4}" \
+        --deadline-s "$(( ${KF_STEP_LIMIT_KB:-540} - 30 ))" --results "$out/kernelbench_cuda.jsonl" 2>&1 | tee -a "$out/kernelbench_cuda.txt"
+      ;;
+    *) echo "unknown step $step" >&2 ;;
+  esac
+  echo "== $step: exit ${PIPESTATUS[0]} after $(( $(date +%s) - started )) s" | tee -a "$out/steps.txt"
+done

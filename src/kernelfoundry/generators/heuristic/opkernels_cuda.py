@@ -1,0 +1,717 @@
+"""CUDA kernels of the op-kernel families where one thread per item leaves the GPU idle or re-reads
+memory: scans, pooling, depthwise convolutions and arg-reductions (see opkernels_code.py for the
+families' parameter structs, set-up and the generic item kernel the other families keep).
+
+- scan along a contiguous row: one block per row, 4 consecutive elements a thread (one float4 when the
+  row allows), a warp-shuffle scan of the thread totals, a shared-memory scan of the warp totals and the
+  carry of the row's earlier chunks; along a strided dim: one thread per column (coalesced across the
+  contiguous dim), loads issued 8 steps ahead;
+- pooling: one thread per output, outputs numbered in memory order across the whole grid (every lane
+  busy however short the output rows), window, stride, padding and dilation baked in so the window
+  loops unroll; large windows (SEPARABLE_POOL_TAPS taps or more over several rows) separably, a
+  block's input columns combined over the window's rows in shared memory, then along each output;
+- depthwise convolution (one input channel per group): an output tile per block, its input tile in
+  shared memory, the filter in registers, several output rows a thread; other convolutions and
+  transposed ones (as a gather): one thread per output with the sum in a register (the generic item
+  adds every tap into global memory);
+- arg-reductions: along a strided dim a block per 32 columns, the reduced dim split into 8 chunks (one
+  a warp, loads issued ahead) that meet in shared memory in order (narrow rows: one thread per
+  column); along the last dim one warp per row, 4 loads in flight (float4 when aligned), a shuffle
+  reduction of (value, index); ties go to the first index as in torch.
+
+Each function returns (kernels, launch): device code placed after the family's struct, and the host
+code that ends the entry point after its set-up (which fills `p`, `items` and `cols`). Pure string
+building; never compiles.
+"""
+
+from __future__ import annotations
+
+from kernelfoundry.generators.heuristic.opkernels import OpKernel
+
+# Shared memory a depthwise tile may take (bytes); above it the generic convolution kernel is used.
+DEPTHWISE_TILE_BYTES = 40 * 1024
+
+_CHECK = "  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;\n}"
+
+
+def _scan(k: OpKernel, e: str) -> tuple[str, str]:
+    prod = bool(k.params["prod"])
+    init = "1.0f" if prod else "0.0f"
+
+    def op(a: str, b: str) -> str:
+        return f"({a} * {b})" if prod else f"({a} + {b})"
+
+    kernels = f"""/* One block per row (rows strided by the grid): chunks of 4 * blockDim.x elements, each
+   thread scans its 4 consecutive ones, the warp scans the thread totals by shuffles, warp 0 scans the
+   warp totals (double-buffered in shared memory across chunks), the row's carry joins every chunk.
+   The next chunk's 4 elements are loaded before this one's barriers, so loads stay in flight. */
+template <bool VEC>
+__device__ __forceinline__ float4 {e}_load4(const float* __restrict__ x, int64_t j, int64_t L) {{
+  if (VEC && j + 3 < L) return *reinterpret_cast<const float4*>(x + j);
+  return make_float4(j < L ? x[j] : {init}, j + 1 < L ? x[j + 1] : {init}, j + 2 < L ? x[j + 2] : {init},
+                     j + 3 < L ? x[j + 3] : {init});
+}}
+
+template <bool VEC>
+__global__ void __launch_bounds__(256) {e}_rows(const {e}_p p) {{
+  __shared__ float tot[2][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int buf = 0;
+  for (int64_t row = blockIdx.x; row < p.outer; row += gridDim.x) {{
+    const float* __restrict__ x = p.x + row * p.L;
+    float* __restrict__ o = p.o + row * p.L;
+    float carry = {init};
+    const int64_t chunk = 4 * (int64_t)blockDim.x;
+    float4 next = {e}_load4<VEC>(x, 4 * (int64_t)threadIdx.x, p.L);
+    for (int64_t c0 = 0; c0 < p.L; c0 += chunk, buf ^= 1) {{
+      const int64_t j = c0 + 4 * (int64_t)threadIdx.x;
+      const bool full = j + 3 < p.L;
+      const float4 f = next;
+      if (c0 + chunk < p.L) next = {e}_load4<VEC>(x, j + chunk, p.L);
+      float v0 = f.x, v1 = f.y, v2 = f.z, v3 = f.w;
+      v1 = {op("v0", "v1")};
+      v2 = {op("v1", "v2")};
+      v3 = {op("v2", "v3")};
+      float t = v3;
+      #pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {{
+        const float n = __shfl_up_sync(0xffffffffu, t, d);
+        if (lane >= d) t = {op("n", "t")};
+      }}
+      float before = __shfl_up_sync(0xffffffffu, t, 1);
+      if (lane == 0) before = {init};
+      if (lane == 31) tot[buf][warp] = t;
+      __syncthreads();
+      if (warp == 0) {{
+        float w = lane < nw ? tot[buf][lane] : {init};
+        #pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {{
+          const float n = __shfl_up_sync(0xffffffffu, w, d);
+          if (lane >= d) w = {op("n", "w")};
+        }}
+        tot[buf][lane] = w;
+      }}
+      __syncthreads();
+      const float prefix = {op(f"(warp > 0 ? {op('carry', 'tot[buf][warp - 1]')} : carry)", "before")};
+      v0 = {op("prefix", "v0")};
+      v1 = {op("prefix", "v1")};
+      v2 = {op("prefix", "v2")};
+      v3 = {op("prefix", "v3")};
+      if (VEC && full) {{
+        *reinterpret_cast<float4*>(o + j) = make_float4(v0, v1, v2, v3);
+      }} else {{
+        if (j < p.L) o[j] = v0;
+        if (j + 1 < p.L) o[j + 1] = v1;
+        if (j + 2 < p.L) o[j + 2] = v2;
+        if (full) o[j + 3] = v3;
+      }}
+      carry = {op("carry", "tot[buf][nw - 1]")};
+    }}
+  }}
+}}
+
+/* Along a strided dim: one thread per column, neighbours on neighbouring columns, 8 loads in flight. */
+__global__ void __launch_bounds__(256) {e}_cols(const {e}_p p) {{
+  const int64_t total = p.outer * p.inner, step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += step) {{
+    const int64_t i = t % p.inner, base = (t / p.inner) * p.L * p.inner + i;
+    const float* __restrict__ x = p.x + base;
+    float* __restrict__ o = p.o + base;
+    float acc = {init};
+    int64_t l = 0;
+    for (; l + 8 <= p.L; l += 8) {{
+      float v[8];
+      #pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = x[(l + u) * p.inner];
+      #pragma unroll
+      for (int u = 0; u < 8; ++u) {{
+        acc = {op("acc", "v[u]")};
+        o[(l + u) * p.inner] = acc;
+      }}
+    }}
+    for (; l < p.L; ++l) {{
+      acc = {op("acc", "x[l * p.inner]")};
+      o[l * p.inner] = acc;
+    }}
+  }}
+}}"""
+    launch = f"""  (void)cols;
+  if (items <= 0 || p.L <= 0) return KF_OK;
+  cudaStream_t st = (cudaStream_t)stream;
+  if (p.inner == 1) {{
+    const int64_t quads = (p.L + 3) / 4;
+    const int threads = quads >= 256 ? 256 : (int)((quads + 31) / 32 * 32);
+    const unsigned nb = (unsigned)(p.outer < 1048576 ? p.outer : 1048576);
+    const int vec = p.L % 4 == 0 && ((uintptr_t)p.x) % 16 == 0 && ((uintptr_t)p.o) % 16 == 0;
+    if (vec) {e}_rows<true><<<nb, threads, 0, st>>>(p);
+    else {e}_rows<false><<<nb, threads, 0, st>>>(p);
+  }} else {{
+    const int64_t nb = (items + 255) / 256;
+    {e}_cols<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p);
+  }}
+{_CHECK}"""
+    return kernels, launch
+
+
+def pool_specialised(k: OpKernel) -> bool:
+    """Pooling with a fixed window (not adaptive) gets the baked kernel."""
+    return not k.params["adaptive"]
+
+
+# Windows of at least this many taps spanning more than one input row are pooled separably (_spool).
+SEPARABLE_POOL_TAPS = 32
+# Input columns of one separable tile (floats of shared memory).
+POOL_SPAN = 1024
+
+
+def pool_separable(k: OpKernel) -> bool:
+    """A fixed window large enough that a thread per output would issue many scattered loads."""
+    kd, kh, kw = k.params["window"]
+    return pool_specialised(k) and kd * kh * kw >= SEPARABLE_POOL_TAPS and kd * kh > 1
+
+
+def _pool_tile(k: OpKernel) -> tuple[int, int]:
+    """(outputs a separable tile, input columns it spans): at most 256 outputs and POOL_SPAN columns."""
+    _, _, kw = k.params["window"]
+    _, _, sw = k.params["stride"]
+    _, _, dw = k.params["dilation"]
+    ext = (kw - 1) * dw + 1
+    tw = max(1, min(256, (POOL_SPAN - ext) // sw + 1))
+    return tw, (tw - 1) * sw + ext
+
+
+def _pool(k: OpKernel, e: str) -> tuple[str, str]:
+    p = k.params
+    kd, kh, kw = p["window"]
+    sd, sh, sw = p["stride"]
+    pd, ph, pw = p["padding"]
+    dd, dh, dw = p["dilation"]
+    is_max = bool(p["max"])
+    neutral = "-INFINITY" if is_max else "0.0f"
+    geometry = (
+        f"Window {kd}x{kh}x{kw}, stride {sd}x{sh}x{sw}, padding {pd}x{ph}x{pw}, dilation {dd}x{dh}x{dw}:"
+        " baked, the loops unroll."
+    )
+    if is_max:
+        combine = "acc = (v > acc || v != v) ? v : acc;"
+        count = ""
+        finish = ""
+    else:
+        if p.get("divisor"):
+            div = f"{float(p['divisor'])!r}f"
+        elif p.get("include_pad", 1):
+            # PyTorch: the window clipped to the padded input, before clipping to the input
+            div = (
+                f"(float)((min(d0 + {kd}, ID + {pd}) - d0) * (min(h0 + {kh}, IH + {ph}) - h0)"
+                f" * (min(w0 + {kw}, IW + {pw}) - w0))"
+            )
+        else:
+            div = "(float)(cnt > 0 ? cnt : 1)"
+        combine = "acc += v;"
+        count = " ++cnt;"
+        finish = f"\n    acc = acc / {div};"
+    separable = pool_separable(k)
+    kernels = f"""/* One thread per output, outputs numbered in memory order (n, c, d, h, w): consecutive
+   lanes take consecutive outputs, so every lane works however short the output rows are (a block per
+   row left 21 of 32 lanes idle on an 11-wide output), neighbouring lanes read neighbouring windows and
+   the grid strides over everything. I: int when the indices fit 32 bits, else int64_t. {geometry} */
+template <typename I>
+__global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
+  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
+  const I OD = (I)p.out[0], OH = (I)p.out[1], OW = (I)p.out[2];
+  for (I t = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; t < total; t += (I)gridDim.x * (I)blockDim.x) {{
+    const I row = t / OW;
+    const int ow = (int)(t - row * OW), oh = (int)(row % OH), od = (int)((row / OH) % OD);
+    const int64_t nc = (int64_t)(row / (OH * OD));
+    const float* __restrict__ xc = p.x + nc * ID * IH * (int64_t)IW;
+    const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};
+    float acc = {neutral};
+    int cnt = 0;
+    (void)cnt;
+    #pragma unroll
+    for (int a = 0; a < {kd}; ++a) {{
+      const int d = d0 + a * {dd};
+      if (d < 0 || d >= ID) continue;
+      #pragma unroll
+      for (int b = 0; b < {kh}; ++b) {{
+        const int h = h0 + b * {dh};
+        if (h < 0 || h >= IH) continue;
+        const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
+        #pragma unroll
+        for (int c = 0; c < {kw}; ++c) {{
+          const int w = w0 + c * {dw};
+          if (w < 0 || w >= IW) continue;
+          const float v = __ldg(xr + w);
+          {combine}{count}
+        }}
+      }}
+    }}{finish}
+    p.o[t] = acc;
+  }}
+}}"""
+    if separable:
+        tw, span = _pool_tile(k)
+        ext = (kw - 1) * dw + 1
+        kernels += f"""
+
+/* Separable pooling of a large window: a block takes up to {tw} outputs of one output row (n, c, d, h).
+   Its threads first combine every input column of the tile's span over the window's {kd}x{kh} (d, h)
+   taps (coalesced 128-byte row reads, {kd * kh} loads in flight a thread) into shared memory, then each
+   output combines its {kw} column values there. A thread per output issued {kd * kh * kw} loads whose
+   lanes sat {4 * sw} bytes apart. {geometry} */
+__global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, int64_t tiles) {{
+  __shared__ float colv[{span}];
+  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
+  const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
+  for (int64_t blk = blockIdx.x; blk < rows * tiles; blk += gridDim.x) {{
+    const int64_t row = blk / tiles;
+    const int ow0 = (int)(blk % tiles) * {tw};
+    const int oh = (int)(row % OH), od = (int)((row / OH) % OD);
+    const int64_t nc = row / ((int64_t)OH * OD);
+    const float* __restrict__ xc = p.x + nc * ID * IH * (int64_t)IW;
+    const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, wb = ow0 * {sw} - {pw};
+    const int n = OW - ow0 < {tw} ? OW - ow0 : {tw};
+    const int span = (n - 1) * {sw} + {ext};
+    for (int j = threadIdx.x; j < span; j += blockDim.x) {{
+      const int w = wb + j;
+      float acc = {neutral};
+      if (w >= 0 && w < IW) {{
+        #pragma unroll
+        for (int a = 0; a < {kd}; ++a) {{
+          const int d = d0 + a * {dd};
+          if (d < 0 || d >= ID) continue;
+          #pragma unroll
+          for (int b = 0; b < {kh}; ++b) {{
+            const int h = h0 + b * {dh};
+            if (h < 0 || h >= IH) continue;
+            const float v = __ldg(xc + ((int64_t)d * IH + h) * IW + w);
+            {combine}
+          }}
+        }}
+      }}
+      colv[j] = acc;
+    }}
+    __syncthreads();
+    if ((int)threadIdx.x < n) {{
+      const int ow = ow0 + threadIdx.x, w0 = ow * {sw} - {pw};
+      float acc = {neutral};
+      int cnt = 0;
+      (void)cnt;
+      #pragma unroll
+      for (int c = 0; c < {kw}; ++c) {{
+        const int w = w0 + c * {dw};
+        if (w < 0 || w >= IW) continue;
+        const float v = colv[threadIdx.x * {sw} + c * {dw}];
+        {combine}{count}
+      }}"""
+        if not is_max and not p.get("divisor") and not p.get("include_pad", 1):
+            # the window's valid taps: valid (d, h) pairs times valid columns
+            kernels += f"""
+      int rows_in = 0;
+      #pragma unroll
+      for (int a = 0; a < {kd}; ++a) {{
+        const int d = d0 + a * {dd};
+        #pragma unroll
+        for (int b = 0; b < {kh}; ++b) {{
+          const int h = h0 + b * {dh};
+          rows_in += (d >= 0 && d < ID && h >= 0 && h < IH) ? 1 : 0;
+        }}
+      }}
+      cnt *= rows_in;"""
+        kernels += f"""{finish.replace(chr(10) + "    ", chr(10) + "      ")}
+      p.o[row * OW + ow] = acc;
+    }}
+    __syncthreads();
+  }}
+}}"""
+    launch = """  (void)cols;
+  if (items <= 0 || p.out[2] <= 0) return KF_OK;
+  cudaStream_t st = (cudaStream_t)stream;
+  const int64_t total = items * p.out[2];"""
+    if separable:
+        launch += f"""
+  if (p.in[2] < ((int64_t)1 << 30) && p.out[0] * p.out[1] * p.out[2] < ((int64_t)1 << 31)) {{
+    const int64_t tiles = (p.out[2] + {tw - 1}) / {tw}, nt = items * tiles;
+    {e}_spool<<<(unsigned)(nt < 1048576 ? nt : 1048576), 256, 0, st>>>(p, items, tiles);
+    {_CHECK.removesuffix(chr(10) + "}").strip()}
+  }}"""
+    launch += f"""
+  const int64_t nb = (total + 255) / 256;
+  const unsigned grid = (unsigned)(nb < 1048576 ? nb : 1048576);
+  /* 32-bit indices when the last grid-stride step cannot pass 2^31 */
+  if (total + (int64_t)grid * 256 < ((int64_t)1 << 31)) {e}_pool<int><<<grid, 256, 0, st>>>(p, (int)total);
+  else {e}_pool<int64_t><<<grid, 256, 0, st>>>(p, total);
+{_CHECK}"""
+    return kernels, launch
+
+
+def _depthwise_tile(k: OpKernel) -> tuple[int, int, int, int, int]:
+    """(threads x, threads y, output rows a thread, input tile rows, input tile cols) of a depthwise conv."""
+    _, kh, kw = k.params["kernel"]
+    _, sh, sw = k.params["stride"]
+    _, dh, dw = k.params["dilation"]
+    bx, by, rows = (256, 1, 1) if k.params["dims"] == 1 else (32, 8, 4)
+    th, tw = by * rows, bx
+    return bx, by, rows, (th - 1) * sh + (kh - 1) * dh + 1, (tw - 1) * sw + (kw - 1) * dw + 1
+
+
+def depthwise_specialised(k: OpKernel) -> bool:
+    """A 1-d or 2-d convolution with one input channel per group whose input tile fits shared memory."""
+    p = k.params
+    if k.family != "conv" or p["dims"] > 2 or "kernel" not in p or p.get("in_per_group") != 1:
+        return False
+    *_, in_rows, in_cols = _depthwise_tile(k)
+    return in_rows * in_cols * 4 <= DEPTHWISE_TILE_BYTES
+
+
+def _depthwise(k: OpKernel, e: str) -> tuple[str, str]:
+    p = k.params
+    _, kh, kw = p["kernel"]
+    _, sh, sw = p["stride"]
+    _, ph, pw = p["padding"]
+    _, dh, dw = p["dilation"]
+    bx, by, rows, in_rows, in_cols = _depthwise_tile(k)
+    th = by * rows
+    kernels = f"""/* Depthwise convolution: a {th}x{bx} output tile of one (n, channel) per block, its
+   {in_rows}x{in_cols} input tile in shared memory (zero padding included), the {kh}x{kw} filter in
+   registers, {rows} output rows a thread. Filter, stride {sh}x{sw}, padding {ph}x{pw} and dilation
+   {dh}x{dw} baked. */
+__global__ void __launch_bounds__({bx * by}) {e}_dw(const {e}_p p) {{
+  __shared__ float tile[{in_rows}][{in_cols}];
+  const int IH = (int)p.in[1], IW = (int)p.in[2], OH = (int)p.out[1], OW = (int)p.out[2];
+  const int64_t mult = p.CO / p.C, planes = p.N * p.CO;
+  const int oh0 = blockIdx.y * {th}, ow0 = blockIdx.x * {bx};
+  const int ih0 = oh0 * {sh} - {ph}, iw0 = ow0 * {sw} - {pw};
+  const int tid = threadIdx.y * {bx} + threadIdx.x;
+  for (int64_t z = blockIdx.z; z < planes; z += gridDim.z) {{
+    const int64_t n = z / p.CO, co = z % p.CO, c = co / mult;
+    const float* __restrict__ xc = p.x + (n * p.C + c) * (int64_t)IH * IW;
+    float wr[{kh * kw}];
+    #pragma unroll
+    for (int i = 0; i < {kh * kw}; ++i) wr[i] = __ldg(p.w + co * {kh * kw} + i);
+    const float b0 = p.b ? __ldg(p.b + co) : 0.0f;
+    __syncthreads();
+    for (int t = tid; t < {in_rows * in_cols}; t += {bx * by}) {{
+      const int r = t / {in_cols}, q = t % {in_cols}, ih = ih0 + r, iw = iw0 + q;
+      tile[r][q] = (ih >= 0 && ih < IH && iw >= 0 && iw < IW) ? __ldg(xc + (int64_t)ih * IW + iw) : 0.0f;
+    }}
+    __syncthreads();
+    float* __restrict__ oc = p.o + z * (int64_t)OH * OW;
+    const int ow = ow0 + threadIdx.x;
+    #pragma unroll
+    for (int r = 0; r < {rows}; ++r) {{
+      const int ty = threadIdx.y + {by} * r, oh = oh0 + ty;
+      float acc = b0;
+      #pragma unroll
+      for (int a = 0; a < {kh}; ++a) {{
+        #pragma unroll
+        for (int b = 0; b < {kw}; ++b)
+          acc += wr[a * {kw} + b] * tile[ty * {sh} + a * {dh}][threadIdx.x * {sw} + b * {dw}];
+      }}
+      if (oh < OH && ow < OW) oc[(int64_t)oh * OW + ow] = acc;
+    }}
+  }}
+}}"""
+    launch = f"""  (void)cols;
+  if (items <= 0 || p.out[2] <= 0) return KF_OK;
+  if (p.G != p.C || p.CO % p.C || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
+  cudaStream_t st = (cudaStream_t)stream;
+  const int64_t planes = p.N * p.CO;
+  const dim3 grid((unsigned)((p.out[2] + {bx - 1}) / {bx}), (unsigned)((p.out[1] + {th - 1}) / {th}),
+                  (unsigned)(planes < 65535 ? planes : 65535));
+  if (grid.y > 65535) return KF_ERR_UNSUPPORTED;
+  {e}_dw<<<grid, dim3({bx}, {by}), 0, st>>>(p);
+{_CHECK}"""
+    return kernels, launch
+
+
+def _conv(k: OpKernel, e: str) -> tuple[str, str]:
+    p = k.params
+    kd, kh, kw = p["kernel"]
+    sd, sh, sw = p["stride"]
+    pd, ph, pw = p["padding"]
+    dd, dh, dw = p["dilation"]
+    # large filters: unrolling every tap makes nvcc slow for nothing
+    unroll = "#pragma unroll" if kd * kh * kw <= 64 else "#pragma unroll 1"
+    kernels = f"""/* Direct convolution: one thread per output (neighbours on neighbouring output columns, so
+   input reads coalesce and the filter tap is one broadcast), the sum in a register. Filter
+   {kd}x{kh}x{kw}, stride {sd}x{sh}x{sw}, padding {pd}x{ph}x{pw}, dilation {dd}x{dh}x{dw}: baked. */
+__global__ void __launch_bounds__(256) {e}_direct(const {e}_p p, int64_t total) {{
+  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
+  const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
+  const int64_t cig = p.C / p.G, cog = p.CO / p.G;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {{
+    const int ow = (int)(i % OW);
+    int64_t r = i / OW;
+    const int oh = (int)(r % OH);
+    r /= OH;
+    const int od = (int)(r % OD);
+    r /= OD;
+    const int64_t co = r % p.CO, n = r / p.CO, g = co / cog;
+    const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};
+    float acc = p.b ? __ldg(p.b + co) : 0.0f;
+    for (int64_t ci = 0; ci < cig; ++ci) {{
+      const float* __restrict__ xc = p.x + (n * p.C + g * cig + ci) * (int64_t)ID * IH * IW;
+      const float* __restrict__ wc = p.w + (co * cig + ci) * {kd * kh * kw};
+      {unroll}
+      for (int a = 0; a < {kd}; ++a) {{
+        const int d = d0 + a * {dd};
+        if (d < 0 || d >= ID) continue;
+        {unroll}
+        for (int b = 0; b < {kh}; ++b) {{
+          const int h = h0 + b * {dh};
+          if (h < 0 || h >= IH) continue;
+          const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
+          {unroll}
+          for (int c = 0; c < {kw}; ++c) {{
+            const int w = w0 + c * {dw};
+            if (w >= 0 && w < IW) acc += __ldg(wc + (a * {kh} + b) * {kw} + c) * __ldg(xr + w);
+          }}
+        }}
+      }}
+    }}
+    p.o[i] = acc;
+  }}
+}}"""
+    launch = f"""  (void)cols;
+  if (items <= 0 || p.out[2] <= 0) return KF_OK;
+  if (p.k[0] != {kd} || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
+  cudaStream_t st = (cudaStream_t)stream;
+  const int64_t total = items * p.out[2], nb = (total + 255) / 256;
+  {e}_direct<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p, total);
+{_CHECK}"""
+    return kernels, launch
+
+
+def _conv_transpose(k: OpKernel, e: str) -> tuple[str, str]:
+    p = k.params
+    kd, kh, kw = p["kernel"]
+    sd, sh, sw = p["stride"]
+    pd, ph, pw = p["padding"]
+    dd, dh, dw = p["dilation"]
+    unroll = "#pragma unroll" if kd * kh * kw <= 64 else "#pragma unroll 1"
+    kernels = f"""/* Transposed convolution as a gather: one thread per output, the taps whose input position
+   divides by the stride, the sum in a register. Filter {kd}x{kh}x{kw}, stride {sd}x{sh}x{sw},
+   padding {pd}x{ph}x{pw}, dilation {dd}x{dh}x{dw}: baked. */
+__global__ void __launch_bounds__(256) {e}_gather(const {e}_p p, int64_t total) {{
+  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
+  const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
+  const int64_t cig = p.C / p.G, cog = p.CO / p.G;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {{
+    const int ow = (int)(i % OW);
+    int64_t r = i / OW;
+    const int oh = (int)(r % OH);
+    r /= OH;
+    const int od = (int)(r % OD);
+    r /= OD;
+    const int64_t co = r % p.CO, n = r / p.CO, g = co / cog, cj = co % cog;
+    float acc = p.b ? __ldg(p.b + co) : 0.0f;
+    for (int64_t ci = 0; ci < cig; ++ci) {{
+      const int64_t c = g * cig + ci;
+      const float* __restrict__ xc = p.x + (n * p.C + c) * (int64_t)ID * IH * IW;
+      const float* __restrict__ wc = p.w + (c * cog + cj) * {kd * kh * kw};
+      {unroll}
+      for (int a = 0; a < {kd}; ++a) {{
+        const int td = od + {pd} - a * {dd};
+        if (td < 0 || td % {sd} != 0 || td / {sd} >= ID) continue;
+        {unroll}
+        for (int b = 0; b < {kh}; ++b) {{
+          const int th = oh + {ph} - b * {dh};
+          if (th < 0 || th % {sh} != 0 || th / {sh} >= IH) continue;
+          const float* __restrict__ xr = xc + ((int64_t)(td / {sd}) * IH + th / {sh}) * IW;
+          {unroll}
+          for (int q = 0; q < {kw}; ++q) {{
+            const int tw = ow + {pw} - q * {dw};
+            if (tw < 0 || tw % {sw} != 0 || tw / {sw} >= IW) continue;
+            acc += __ldg(wc + (a * {kh} + b) * {kw} + q) * __ldg(xr + tw / {sw});
+          }}
+        }}
+      }}
+    }}
+    p.o[i] = acc;
+  }}
+}}"""
+    launch = f"""  (void)cols;
+  if (items <= 0 || p.out[2] <= 0) return KF_OK;
+  if (p.k[0] != {kd} || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
+  cudaStream_t st = (cudaStream_t)stream;
+  const int64_t total = items * p.out[2], nb = (total + 255) / 256;
+  {e}_gather<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p, total);
+{_CHECK}"""
+    return kernels, launch
+
+
+def _argreduce(k: OpKernel, e: str) -> tuple[str, str]:
+    better = "v > best" if k.params["max"] else "v < best"
+    kernels = f"""/* (value, index) kept by the first best, NaN winning as in torch. */
+__device__ __forceinline__ void {e}_take(float v, int64_t l, float& best, int64_t& at) {{
+  if (best != best) return;
+  if ({better} || v != v) {{ best = v; at = l; }}
+}}
+
+/* The same, from the state "nothing seen yet" (at == L). */
+__device__ __forceinline__ void {e}_first(float v, int64_t l, float& best, int64_t& at, int64_t L) {{
+  if (at >= L) {{ best = v; at = l; return; }}
+  {e}_take(v, l, best, at);
+}}
+
+/* Along a strided dim with narrow rows (inner < 32): one thread per column, 8 loads in flight. */
+__global__ void __launch_bounds__(256) {e}_cols(const {e}_p p) {{
+  const int64_t total = p.outer * p.inner, step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += step) {{
+    const int64_t i = t % p.inner;
+    const float* __restrict__ x = p.x + (t / p.inner) * p.L * p.inner + i;
+    float best = x[0];
+    int64_t at = 0, l = 1;
+    for (; l + 8 <= p.L; l += 8) {{
+      float v[8];
+      #pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = __ldg(x + (l + u) * p.inner);
+      #pragma unroll
+      for (int u = 0; u < 8; ++u) {e}_take(v[u], l + u, best, at);
+    }}
+    for (; l < p.L; ++l) {e}_take(__ldg(x + l * p.inner), l, best, at);
+    p.o[t] = (float)at;
+  }}
+}}
+
+/* Along a strided dim with rows of 32 columns or more: a block takes 32 adjacent columns (one a lane,
+   128-byte row segments) and splits the reduced dim into 8 contiguous chunks, one a warp, 8 loads in
+   flight each: 8 times the threads of one thread per column, which left most of the H200 idle when
+   the columns were few. The chunks' (value, index) pairs meet in shared memory in chunk order, a
+   later chunk winning only when strictly better (or NaN), so the first best wins as in torch. */
+__global__ void __launch_bounds__(256) {e}_tcols(const {e}_p p) {{
+  __shared__ float bv[8][32];
+  __shared__ int64_t bi[8][32];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int64_t tiles = (p.inner + 31) / 32, chunk = (p.L + 7) / 8;
+  const int64_t lo = ty * chunk, hi = lo + chunk < p.L ? lo + chunk : p.L;
+  for (int64_t b = blockIdx.x; b < p.outer * tiles; b += gridDim.x) {{
+    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;
+    float best = NAN;
+    int64_t at = p.L;  /* none: an empty chunk or a column past the end */
+    if (i < p.inner && lo < hi) {{
+      const float* __restrict__ x = p.x + o * p.L * p.inner + i;
+      best = __ldg(x + lo * p.inner);
+      at = lo;
+      int64_t l = lo + 1;
+      for (; l + 8 <= hi; l += 8) {{
+        float v[8];
+        #pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = __ldg(x + (l + u) * p.inner);
+        #pragma unroll
+        for (int u = 0; u < 8; ++u) {e}_take(v[u], l + u, best, at);
+      }}
+      for (; l < hi; ++l) {e}_take(__ldg(x + l * p.inner), l, best, at);
+    }}
+    bv[ty][tx] = best;
+    bi[ty][tx] = at;
+    __syncthreads();
+    if (ty == 0 && i < p.inner) {{
+      /* chunk 0 is never empty (L >= 1) */
+      #pragma unroll
+      for (int y = 1; y < 8; ++y)
+        if (bi[y][tx] < p.L) {e}_take(bv[y][tx], bi[y][tx], best, at);
+      p.o[o * p.inner + i] = (float)at;
+    }}
+    __syncthreads();
+  }}
+}}
+
+/* Along the last dim: one warp per row, lanes stride the row with 4 loads in flight (float4 loads
+   when the rows allow), then a shuffle reduction that keeps the lower index among equals (and NaN
+   first). Each lane meets its elements in index order, so its own first best is kept. */
+template <bool VEC>
+__global__ void __launch_bounds__(256) {e}_wrows(const {e}_p p) {{
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = blockDim.x >> 5;
+  for (int64_t r = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5); r < p.outer;
+       r += (int64_t)gridDim.x * warps) {{
+    const float* __restrict__ x = p.x + r * p.L;
+    float best = NAN;
+    int64_t at = p.L;  /* none yet */
+    int64_t l = 0;
+    if (VEC) {{
+      const float4* __restrict__ x4 = reinterpret_cast<const float4*>(x);
+      const int64_t n4 = p.L >> 2;
+      int64_t q = lane;
+      for (; q + 96 < n4; q += 128) {{
+        float4 v[4];
+        #pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = __ldg(x4 + q + 32 * u);
+        #pragma unroll
+        for (int u = 0; u < 4; ++u) {{
+          const int64_t j = 4 * (q + 32 * u);
+          {e}_first(v[u].x, j, best, at, p.L);
+          {e}_first(v[u].y, j + 1, best, at, p.L);
+          {e}_first(v[u].z, j + 2, best, at, p.L);
+          {e}_first(v[u].w, j + 3, best, at, p.L);
+        }}
+      }}
+      for (; q < n4; q += 32) {{
+        const float4 v = __ldg(x4 + q);
+        {e}_first(v.x, 4 * q, best, at, p.L);
+        {e}_first(v.y, 4 * q + 1, best, at, p.L);
+        {e}_first(v.z, 4 * q + 2, best, at, p.L);
+        {e}_first(v.w, 4 * q + 3, best, at, p.L);
+      }}
+      l = 4 * n4;
+    }}
+    l += lane;
+    for (; l + 96 < p.L; l += 128) {{
+      float v[4];
+      #pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = __ldg(x + l + 32 * u);
+      #pragma unroll
+      for (int u = 0; u < 4; ++u) {e}_first(v[u], l + 32 * u, best, at, p.L);
+    }}
+    for (; l < p.L; l += 32) {e}_first(__ldg(x + l), l, best, at, p.L);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {{
+      const float v = __shfl_xor_sync(0xffffffffu, best, o);
+      const int64_t a = __shfl_xor_sync(0xffffffffu, at, o);
+      if (a >= p.L) continue;
+      const bool vnan = v != v, bnan = best != best;
+      const bool take = at >= p.L || (vnan && (!bnan || a < at)) ||
+                        (!vnan && !bnan && ({better} || (v == best && a < at)));
+      if (take) {{ best = v; at = a; }}
+    }}
+    if (lane == 0) p.o[r] = (float)at;
+  }}
+}}"""
+    launch = f"""  (void)cols;
+  if (items <= 0 || p.L <= 0) return p.L <= 0 && items > 0 ? KF_ERR_BAD_ARGUMENTS : KF_OK;
+  cudaStream_t st = (cudaStream_t)stream;
+  if (p.inner == 1) {{
+    const int64_t nb = (p.outer + 7) / 8;
+    const unsigned grid = (unsigned)(nb < 1048576 ? nb : 1048576);
+    if (p.L % 4 == 0 && ((uintptr_t)p.x) % 16 == 0) {e}_wrows<true><<<grid, 256, 0, st>>>(p);
+    else {e}_wrows<false><<<grid, 256, 0, st>>>(p);
+  }} else if (p.inner >= 32) {{
+    const int64_t nb = p.outer * ((p.inner + 31) / 32);
+    {e}_tcols<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p);
+  }} else {{
+    const int64_t nb = (items + 255) / 256;
+    {e}_cols<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p);
+  }}
+{_CHECK}"""
+    return kernels, launch
+
+
+def cuda_kernels(k: OpKernel, e: str) -> tuple[str, str] | None:
+    """(kernels, launch) of a family with its own CUDA kernels, or None for the generic item kernel."""
+    if k.family == "scan":
+        return _scan(k, e)
+    if k.family == "argreduce":
+        return _argreduce(k, e)
+    if k.family == "pool" and pool_specialised(k):
+        return _pool(k, e)
+    if depthwise_specialised(k):
+        return _depthwise(k, e)
+    if k.family == "conv" and "kernel" in k.params:
+        return _conv(k, e)
+    if k.family == "conv_transpose" and "kernel" in k.params:
+        return _conv_transpose(k, e)
+    return None

@@ -1,0 +1,172 @@
+"""Every CUDA seed of the graph emitter (cuda.py, cuda_rows.py, cuda_columns.py) for shapes that take
+each of its paths runs under the CPU emulation of cuda_emulation.py and matches torch on the CPU (and,
+gpu marker, built by nvcc on a GPU against torch there):
+pointwise rows and reduced rows that start off 16 bytes (odd sizes: a scalar head, a float4 body, a
+tail), reductions over rows (fused with a broadcast consumer or not) and over middle dims (tiled,
+fused), row ops (rows in registers, a warp per row, rows re-read in float4 passes from their first
+16-byte boundary, rows split over blocks) and full reductions split with atomics."""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_emulation import build_emulated, emulation_ready
+from native import Unit, build_unit
+from test_cuda_op_kernels import TEMPLATE, Launcher
+
+from kernelfoundry.generators.base import GenerationRequest
+from kernelfoundry.generators.heuristic import HeuristicGenerator
+from kernelfoundry.tasks.model import ShapeVariant, Task
+from kernelfoundry.tasks.reference import instantiate
+
+
+def cuda_ready() -> bool:
+    import shutil
+
+    import torch
+
+    return shutil.which("nvcc") is not None and torch.cuda.is_available()
+
+
+# name: (module set-up, forward args, forward body, inputs)
+CASES: dict[str, tuple[str, str, str, str]] = {
+    "pointwise_odd_rows_broadcast": (
+        "        pass",
+        "x, y",
+        "torch.relu(x) * y + 1.0",
+        "torch.randn(7, 1001), torch.randn(7, 1)",
+    ),
+    "pointwise_odd_flat": ("        pass", "x", "torch.sigmoid(x) * 2.0", "torch.randn(3, 5, 333)"),
+    "l1_norm_odd_rows": (
+        "        pass",
+        "x",
+        "x / torch.mean(torch.abs(x), dim=1, keepdim=True)",
+        "torch.randn(6, 999)",
+    ),
+    # a reduction over rows and its broadcast consumer fused: block rows, warp rows, float4 or not
+    "l1_norm_float4_long_rows": (
+        "        pass",
+        "x",
+        "x / torch.mean(torch.abs(x), dim=1, keepdim=True)",
+        "torch.randn(3, 4100 * 2)",
+    ),
+    "subtract_row_max_times_operand": (
+        "        pass",
+        "x, y",
+        "(x - torch.amax(x, dim=-1, keepdim=True)) * y + 0.5",
+        "torch.randn(3, 10, 256), torch.randn(3, 10, 256)",
+    ),
+    "divide_by_row_sum_short_odd_rows": (
+        "        pass",
+        "x",
+        "x / (torch.sum(x, dim=-1, keepdim=True) + 100.0)",
+        "torch.rand(9, 37)",
+    ),
+    # reductions over rows of any length: float4 from each row's first 16-byte boundary
+    "sum_odd_short_rows": ("        pass", "x", "torch.sum(x, dim=-1)", "torch.randn(6, 1001)"),
+    "amax_odd_long_rows": ("        pass", "x", "torch.amax(x, dim=1)", "torch.randn(3, 5001)"),
+    "logsumexp_odd_rows": ("        pass", "x", "torch.logsumexp(x, dim=1)", "torch.randn(4, 1003)"),
+    "sum_middle_dim": ("        pass", "x", "torch.sum(x, dim=1, keepdim=True)", "torch.randn(3, 40, 70)"),
+    "max_middle_dim_wide": ("        pass", "x", "torch.amax(x, dim=1)", "torch.randn(2, 33, 128)"),
+    "scale_by_middle_dim_mean": (
+        "        pass",
+        "x",
+        "x - torch.mean(x, dim=1, keepdim=True)",
+        "torch.randn(2, 9, 64)",
+    ),
+    "log_softmax_rows": ("        pass", "x", "torch.log_softmax(x, dim=1)", "torch.randn(5, 2500)"),
+    "softmax_short_rows": ("        pass", "x", "torch.softmax(x * 0.5, dim=-1)", "torch.randn(4, 3, 300)"),
+    "softmax_odd_rows": ("        pass", "x", "torch.softmax(x, dim=1) * 3.0", "torch.randn(7, 3001)"),
+    "group_norm_affine_odd_rows": (
+        "        self.op = nn.GroupNorm(2, 4)\n"
+        "        nn.init.normal_(self.op.weight)\n"
+        "        nn.init.normal_(self.op.bias)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 4, 9, 13)",
+    ),
+    "layer_norm_short_rows": (
+        "        self.op = nn.LayerNorm(65)\n        nn.init.normal_(self.op.weight)",
+        "x",
+        "self.op(x)",
+        "torch.randn(4, 3, 65)",
+    ),
+    "instance_norm_split_rows": (
+        "        self.op = nn.InstanceNorm2d(2)",
+        "x",
+        "self.op(x)",
+        "torch.rand(2, 2, 128, 130)",
+    ),
+    "mse_full_reduction": (
+        "        pass",
+        "a, b",
+        "torch.mean((a - b) ** 2)",
+        "torch.rand(64, 257), torch.rand(64, 257)",
+    ),
+}
+
+
+def seeds(name: str) -> tuple[Task, list[Any]]:
+    init, args, body, inputs = CASES[name]
+    task = Task(name, TEMPLATE.format(init=init, args=args, body=body, inputs=inputs), (ShapeVariant("s"),))
+    result = HeuristicGenerator().generate_sync(GenerationRequest("emu", task, "cuda", count=8))
+    assert result.candidates, result.message
+    unique = {c.source.code: c.source for c in result.candidates}
+    return task, list(unique.values())
+
+
+def run(task: Task, kernel: Any, lib: Path, device: str = "cpu") -> tuple[Any, Any]:
+    import torch
+    from torch import nn
+
+    unit = Unit(lib)
+    reference = instantiate(task, task.shapes[0], seed=1, device=device)
+    with torch.no_grad():
+        expected = reference.model(*reference.inputs)
+        if kernel.glue:
+            glue: dict[str, Any] = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": Launcher(unit)}
+            exec(compile(kernel.glue, "<glue>", "exec"), glue)
+            candidate = glue["ModelNew"]().to(device)
+            candidate.load_state_dict(reference.model.state_dict())
+            got = candidate(*reference.inputs)
+        else:
+            state = [*reference.model.parameters(), *reference.model.buffers()]
+            got = torch.empty_like(expected)
+            assert unit.call(kernel.entry_point, [*reference.inputs, *state], [got]) == 0
+    return got, expected
+
+
+@pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_seed_matches_torch_under_emulation(case: str, tmp_path: Path) -> None:
+    import torch
+
+    task, kernels = seeds(case)
+    with ThreadPoolExecutor(2) as pool:  # g++ takes most of the time
+        libs = list(pool.map(lambda k: build_emulated(k.code, tmp_path), kernels))
+    for kernel, lib in zip(kernels, libs, strict=True):
+        got, expected = run(task, kernel, lib)
+        variant = kernel.code.splitlines()[1]
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m, v=variant: f"{v}: {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_ready(), reason="needs nvcc and a CUDA device")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_seed_matches_torch_on_the_gpu(case: str, tmp_path: Path) -> None:
+    import torch
+
+    task, kernels = seeds(case)
+    with ThreadPoolExecutor(4) as pool:  # nvcc takes most of the time
+        libs = list(pool.map(lambda k: build_unit(k, tmp_path), kernels))
+    for kernel, lib in zip(kernels, libs, strict=True):
+        got, expected = run(task, kernel, lib, device="cuda")
+        torch.cuda.synchronize()
+        variant = kernel.code.splitlines()[1]
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m, v=variant: f"{v}: {m}")

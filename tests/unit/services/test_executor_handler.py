@@ -1,0 +1,168 @@
+"""The executor's handler on the in-memory bus: an evaluation request reads its unit from the artifact
+store, hands the judge the unit's bytes, the kernel and the task, and publishes the verdict; a unit not
+stored yet brings the request back later; a failed evaluation is a result; a request no judge can serve
+is refused. The judge is scripted here (the real one is in tests/integration/evaluation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelfoundry.bus import subjects
+from kernelfoundry.bus.consumer import Delivery, Reject, Retry, decoder_for
+from kernelfoundry.bus.memory import InMemoryBus
+from kernelfoundry.codec import kernel_to_proto, task_to_proto
+from kernelfoundry.evaluation import EvaluationReport, EvaluationRequest, EvaluationSettings
+from kernelfoundry.services.executor.handlers import EvaluateHandler
+from kernelfoundry.telemetry.metrics import Metrics
+from kernelfoundry.v1 import build_pb2, evaluation_pb2
+
+from .bus_support import consume_until, published, work_spec
+from .test_evolver_runs import TASK, kernel
+
+HARDWARE = "cpu.testarch"
+SUBJECT = subjects.execute(HARDWARE)
+DELIVERY = Delivery(subject=SUBJECT, deliveries=1, stream_sequence=1)
+UNIT = b"\x7fELF unit bytes"
+
+
+class ScriptedJudge:
+    """An EvaluationWorker's interface: answers `report`, keeping each request and the unit it was given."""
+
+    def __init__(self, report: EvaluationReport) -> None:
+        self.device = "cpu"
+        self.report = report
+        self.requests: list[EvaluationRequest] = []
+        self.units: list[bytes] = []
+
+    def evaluate(self, request: EvaluationRequest) -> EvaluationReport:
+        self.requests.append(request)
+        self.units.append(Path(request.artifact).read_bytes())
+        return self.report
+
+
+def correct_report() -> EvaluationReport:
+    return EvaluationReport(
+        compiled=True,
+        correct=True,
+        runtime_ms=1.0,
+        baseline_ms=2.5,
+        speedup=2.5,
+        max_abs_error=1e-6,
+        device="cpu",
+        floor_ms=0.4,
+        roofline_fraction=0.4,
+        bound="memory",
+    )
+
+
+def request(candidate_id: str = "run-000000000001-g1-r0-c0") -> build_pb2.EvaluateCandidate:
+    return build_pb2.EvaluateCandidate(
+        candidate_id=candidate_id,
+        run_id="run-000000000001",
+        source=kernel_to_proto(kernel(3)),
+        artifact=f"{candidate_id}.so",
+        task=task_to_proto(TASK),
+        hardware=HARDWARE,
+        screen_above_ms=0.4,
+    )
+
+
+def handler_for(bus: InMemoryBus, judge: ScriptedJudge, metrics: Metrics | None = None) -> EvaluateHandler:
+    return EvaluateHandler(bus, judge, EvaluationSettings(), metrics)  # type: ignore[arg-type]
+
+
+async def test_a_request_is_judged_on_its_stored_unit_and_the_verdict_published() -> None:
+    bus = InMemoryBus()
+    judge = ScriptedJudge(correct_report())
+    metrics = Metrics(process_collectors=False)
+    await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
+    await bus.publish(SUBJECT, request(), "evaluate-c0")
+    await consume_until(
+        bus,
+        work_spec("executor-test", SUBJECT),
+        decoder_for(build_pb2.EvaluateCandidate),
+        handler_for(bus, judge, metrics),
+        lambda c: c.stats.handled == 1,
+    )
+    [asked] = judge.requests
+    assert judge.units == [UNIT]
+    assert (asked.kernel, asked.task.name, asked.device) == (kernel(3), TASK.name, "cpu")
+    assert asked.settings.screen_above_ms == 0.4
+    [event] = await published(
+        bus, subjects.EVENTS_STREAM, subjects.evaluation_finished(HARDWARE), evaluation_pb2.EvaluationFinished
+    )
+    assert (event.candidate_id, event.run_id, event.hardware) == (
+        "run-000000000001-g1-r0-c0",
+        "run-000000000001",
+        HARDWARE,
+    )
+    assert (event.correct, event.speedup, event.runtime_ms, event.baseline_ms) == (True, 2.5, 1.0, 2.5)
+    assert not event.screened
+    assert (event.floor_ms, event.roofline_fraction, event.bound) == (0.4, 0.4, "memory")
+    assert (
+        metrics.registry.get_sample_value(
+            "kf_evaluations_total", {"hardware": HARDWARE, "outcome": "correct"}
+        )
+        == 1.0
+    )
+    assert await bus.stream_messages(subjects.WORK_STREAM) == 0
+
+
+async def test_a_unit_not_stored_yet_brings_the_request_back_until_it_is() -> None:
+    bus = InMemoryBus()
+    judge = ScriptedJudge(correct_report())
+    handler = handler_for(bus, judge)
+    with pytest.raises(Retry):
+        await handler(request(), DELIVERY)
+    assert judge.requests == []
+    await bus.publish(SUBJECT, request(), "evaluate-c0")
+    attempts: list[int] = []
+
+    async def counting(message: build_pb2.EvaluateCandidate, delivery: Delivery):  # type: ignore[no-untyped-def]
+        attempts.append(delivery.deliveries)
+        if delivery.deliveries == 1:
+            assert not await bus.stream_messages(subjects.EVENTS_STREAM)
+        try:
+            return await handler(message, delivery)
+        finally:
+            await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)  # the compiler's put lands
+
+    consumer = await consume_until(
+        bus,
+        work_spec("executor-test", SUBJECT),
+        decoder_for(build_pb2.EvaluateCandidate),
+        counting,
+        lambda c: c.stats.handled == 1,
+    )
+    assert attempts == [1, 2] and consumer.stats.dead_lettered == 0
+    assert judge.units == [UNIT]
+
+
+async def test_a_failed_evaluation_is_a_verdict_with_its_reason_and_no_speedup() -> None:
+    bus = InMemoryBus()
+    await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
+    failed = EvaluationReport.failure("wrong_output", "max abs error 3.0 above tolerance")
+    metrics = Metrics(process_collectors=False)
+    [out] = await handler_for(bus, ScriptedJudge(failed), metrics)(request(), DELIVERY)
+    assert out.subject == subjects.evaluation_finished(HARDWARE)
+    assert out.msg_id == "evaluated-run-000000000001-g1-r0-c0"
+    assert (out.message.correct, out.message.reason, out.message.speedup) == (False, "wrong_output", 0.0)
+    assert "above tolerance" in out.message.message
+    assert (
+        metrics.registry.get_sample_value(
+            "kf_evaluation_failures_total", {"hardware": HARDWARE, "reason": "wrong_output"}
+        )
+        == 1.0
+    )
+
+
+async def test_a_request_no_judge_can_serve_is_refused_before_the_unit_is_read() -> None:
+    bus = InMemoryBus()
+    judge = ScriptedJudge(correct_report())
+    broken = request()
+    broken.source.language = "fortran"
+    with pytest.raises(Reject) as refused:
+        await handler_for(bus, judge)(broken, DELIVERY)
+    assert refused.value.reason == "bad_request" and judge.requests == []
