@@ -3,8 +3,9 @@
 The trusted side of the sealed evaluation, the long-lived child of EvaluationWorker. Reads requests
 (JSON, wire.py) from stdin and answers reports (JSON of EvaluationReport.to_dict) on the original
 stdout. It never loads a unit nor executes glue: each candidate runs in a fresh runner process that the
-judge spawns through the sandbox (runner_client.py); one idle runner is started ahead, torch imported,
-so process start stays off the evaluation's path, and no runner ever serves a second candidate.
+judge spawns through the sandbox (runner_client.py); idle runners are started ahead (the backend's
+`runners_ahead`), torch imported, so process start stays off the evaluation's path, and no runner
+ever serves a second candidate.
 Hardening: PR_SET_DUMPABLE 0 (a same-uid process cannot ptrace the judge or read its memory) and
 PR_SET_CHILD_SUBREAPER (a daemon a candidate double-forks is reparented here, seen and killed). Dies
 with its parent (PR_SET_PDEATHSIG when asked, a parent-pid watchdog, EOF on stdin).
@@ -19,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 
 from kernelfoundry.evaluation.backends import backend_for_device
 from kernelfoundry.evaluation.protocol import ChildGone, read_message, write_message
@@ -75,49 +77,61 @@ def _reap_adopted() -> None:
 
 
 class RunnerPool:
-    """Keeps one idle runner started ahead; hands each candidate a runner no one has used."""
+    """Keeps the backend's `runners_ahead` idle runners started ahead (oldest handed out first); hands
+    each candidate a runner no one has used."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, ahead: int | None = None) -> None:
         self.device = device
         self.backend = backend_for_device(device)
-        self._idle: RunnerProcess | None = None
+        self.ahead = max(1, self.backend.runners_ahead if ahead is None else ahead)
+        self._idle: deque[RunnerProcess] = deque()
 
     def prepare(self) -> None:
-        """Start the next runner now; a failure to start waits for `take`, inside an evaluation,
-        where it becomes that evaluation's worker_error instead of ending the judge."""
-        if self._idle is None or not self._idle.alive():
+        """Start runners until `ahead` are idle; a failure to start waits for `take`, inside an
+        evaluation, where it becomes that evaluation's worker_error instead of ending the judge.
+        Runners start only here, never during a candidate's evaluation after `take` (a process the
+        judge gains then would read as one the candidate left behind)."""
+        self._drop_dead()
+        while len(self._idle) < self.ahead:
             try:
-                self._idle = RunnerProcess(self.backend, self.device)
+                self._idle.append(RunnerProcess(self.backend, self.device))
             except Exception:
-                self._idle = None
+                return
 
     def take(self) -> RunnerProcess:
-        """A runner for the candidate now arriving; the next candidate's starts at once, while this
-        one's trials run (before the candidate's runner has loaded anything), so that no candidate
-        waits for a process start."""
-        runner = self._idle if self._idle is not None and self._idle.alive() else None
-        self._idle = None
-        if runner is None:
-            runner = RunnerProcess(self.backend, self.device)
+        """A runner for the candidate now arriving, the one started longest ago; the replacements
+        start at once, while this candidate's trials run, so that no candidate waits for a start."""
+        self._drop_dead()
+        runner = self._idle.popleft() if self._idle else RunnerProcess(self.backend, self.device)
         self.prepare()
         return runner
 
     def settle(self) -> None:
-        """Wait until the next runner has started (torch imported, device initialised): called before
-        a candidate is timed, so that no start competes with its timed calls. A runner that fails to
-        start is dropped here; `take` starts another."""
-        if self._idle is None:
+        """Before a candidate is timed: where a start must not compete with timed calls (the CPU,
+        whose cores a kernel's time is), wait until every runner started ahead has started (torch
+        imported, device initialised). A runner that fails to start is dropped; `take` starts
+        another."""
+        if self.backend.start_runners_beside_timing:
             return
-        try:
-            self._idle.wait_ready()
-        except Exception:
-            self._idle.close()
-            self._idle = None
+        for runner in list(self._idle):
+            try:
+                runner.wait_ready()
+            except Exception:
+                runner.close()
+                self._idle.remove(runner)
+
+    @property
+    def idle(self) -> tuple[RunnerProcess, ...]:
+        return tuple(self._idle)
 
     def close(self) -> None:
-        if self._idle is not None:
-            self._idle.close()
-            self._idle = None
+        while self._idle:
+            self._idle.popleft().close()
+
+    def _drop_dead(self) -> None:
+        for runner in [r for r in self._idle if not r.alive()]:
+            runner.close()
+            self._idle.remove(runner)
 
 
 def main() -> None:

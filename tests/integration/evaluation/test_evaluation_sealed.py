@@ -154,17 +154,42 @@ def test_taking_a_runner_starts_the_next_and_settle_waits_for_its_start() -> Non
     pool = RunnerPool("cpu")
     taken = pool.take()
     try:
-        spare = pool._idle
-        assert spare is not None and spare is not taken and spare.alive()
+        (spare,) = pool.idle
+        assert spare is not taken and spare.alive()
         assert not spare.ready
         pool.settle()
-        assert spare.ready and pool._idle is spare
+        assert spare.ready and pool.idle == (spare,)
         assert pool.take() is spare
     finally:
         taken.close()
-        if spare is not None:
-            spare.close()
+        spare.close()
         pool.close()
+
+
+def test_a_deeper_pool_hands_out_the_oldest_runner_and_tops_itself_up() -> None:
+    """GPU backends keep several runners ahead (a start there outlasts a whole evaluation): each take
+    hands out the runner started longest ago and starts its replacement at once."""
+    from kernelfoundry.evaluation.judge import RunnerPool
+
+    pool = RunnerPool("cpu", ahead=3)
+    pool.prepare()
+    started = pool.idle
+    taken = []
+    try:
+        assert len(started) == 3 and len({r.pid for r in started}) == 3
+        taken.append(pool.take())
+        assert taken[0] is started[0]
+        assert pool.idle[:2] == started[1:] and len(pool.idle) == 3
+        started[1].close()  # a runner that died while idle is never handed out
+        taken.append(pool.take())
+        assert taken[1] is started[2] and len(pool.idle) == 3
+        pool.settle()
+        assert all(r.ready for r in pool.idle)
+    finally:
+        for runner in taken:
+            runner.close()
+        pool.close()
+    assert all(not r.alive() for r in (*started, *taken))
 
 
 def test_a_worker_retires_its_judge_after_its_evaluations(units: Units) -> None:

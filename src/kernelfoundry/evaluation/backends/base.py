@@ -40,6 +40,13 @@ class Backend:
     # How far above the time to beat a screen may come and still get the full protocol (screening.py):
     # wide where the device's own noise is (a shared CPU), narrow where it is not.
     screen_margin: float = 1.0
+    # Runners the judge keeps started ahead, and whether their start may run beside a candidate's timed
+    # calls. A runner's start (torch imported, device initialised) takes 4-5 s on the H200 host, longer
+    # than a GPU candidate's whole evaluation: started one at a time and waited for before timing, it
+    # was half of every GPU evaluation. A GPU's timed calls are measured on the device, on a host with
+    # cores to spare; a CPU kernel's time is the host's cores, which a start would take.
+    runners_ahead: int = 1
+    start_runners_beside_timing: bool = False
 
 
 class JudgeDevice:

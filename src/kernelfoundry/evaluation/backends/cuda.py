@@ -199,6 +199,8 @@ CUDA = Backend(
     call_overhead_allowance_ns=30_000,
     baseline_reuse_s=300.0,
     screen_margin=0.3,
+    runners_ahead=3,
+    start_runners_beside_timing=True,
     judge_device=CudaJudgeDevice,
     runner_device=CudaRunnerDevice,
 )
