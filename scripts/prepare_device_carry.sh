@@ -42,8 +42,17 @@ mkdir -p "$dest/wheels" "$dest/kernelbench"
 cp -r "$source_tasks/level1" "$source_tasks/level2" "$dest/kernelbench/"
 cp "$source_tasks/README.md" "$source_tasks/LICENSE" "$dest/kernelbench/" 2>/dev/null || true
 
+# The standard gRPC services' generated code refuses a grpcio older than its own version: pinned to the
+# H200 image's grpcio (1.84.0), not to this checkout's (pip may have taken a newer 1.84.x here).
+device_grpcio="${DEVICE_GRPCIO:-1.84.0}"
 pins=()
 for name in "${missing[@]}"; do
+  case "$name" in
+    grpcio-health-checking | grpcio-reflection)
+      pins+=("$name==$device_grpcio")
+      continue
+      ;;
+  esac
   version="$("$python" -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')"
   if [[ -z "$version" ]]; then
     echo "$name is not installed in $python's environment: cannot pin it" >&2
