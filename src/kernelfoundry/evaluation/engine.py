@@ -41,6 +41,7 @@ from kernelfoundry.evaluation.glue_checks import check_glue
 from kernelfoundry.evaluation.reasons import EvaluationFailure, classify_exception
 from kernelfoundry.evaluation.report import EvaluationReport, ShapeReport
 from kernelfoundry.evaluation.runner_client import RunnerProcess
+from kernelfoundry.evaluation.set_plan import plan_sets, sets_budget
 from kernelfoundry.evaluation.settings import EvaluationRequest
 from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec, dtype_name, layout
 from kernelfoundry.stack.quiet_host import QuietHost
@@ -269,6 +270,7 @@ class Evaluation:
         input_set.reference = None
         input_set.refreshed_since_check = True
         seed = random_seed()
+        input_set.seed = seed
         if state.drawn:
             input_set.pending_seed = seed
             return seed
@@ -294,9 +296,25 @@ class Evaluation:
         state = ShapeState(
             index, shape, instance.model, reference_model, TrialHistory(index, shape.name), instance.module
         )
-        seeds = [first_seed] + [random_seed() for _ in range(seeds_per_shape - 1)]
+        eager, flops = roofline.count_flops(lambda: self._eager(state, instance.inputs))
+        input_tensors = [v for v in instance.inputs if isinstance(v, torch.Tensor)]
+        tensors = [*input_tensors, *instance.model.parameters(), *instance.model.buffers(), *eager]
+        state.traffic = roofline.Traffic(roofline.bytes_of(tensors), flops)
+        state.expected = [(dtype_name(e.dtype), tuple(e.shape)) for e in eager]
+        plan = plan_sets(
+            seeds_per_shape,
+            self.settings.input_sets,
+            roofline.bytes_of(input_tensors),
+            sum(e.numel() * 8 for e in eager),  # the float64 reference of one set
+            self._sets_budget(),
+            copies=2 if self.staged else 1,
+        )
+        del eager
+        if plan.note:
+            self.notes.append(f"{shape.name}: {plan.note}")
+        seeds = [first_seed] + [random_seed() for _ in range(plan.trial_sets - 1)]
         state.trial_sets = len(seeds)
-        timing_seeds = [random_seed() for _ in range(self.settings.input_sets)]
+        timing_seeds = [random_seed() for _ in range(plan.timing_sets)]
         state.drawn = self.staged and self._draws_reproducibly(state, instance.inputs, first_seed)
         if self.staged and not state.drawn:
             self.notes.append(
@@ -306,11 +324,6 @@ class Evaluation:
         for seed in seeds + timing_seeds:
             inputs = instance.inputs if seed == first_seed else self._draw(state, seed)
             state.sets.append(self._drawn_set(inputs, seed) if state.drawn else self._new_set(inputs, seed))
-        eager, flops = roofline.count_flops(lambda: self._eager(state, state.sets[0].values))
-        tensors = [v for v in state.sets[0].values if isinstance(v, torch.Tensor)]
-        tensors += [*instance.model.parameters(), *instance.model.buffers(), *eager]
-        state.traffic = roofline.Traffic(roofline.bytes_of(tensors), flops)
-        state.expected = [(dtype_name(e.dtype), tuple(e.shape)) for e in eager]
         out_specs, out_size = layout(state.expected)
         output_arena = self._arena(out_size, "kf-outputs")
         state.outputs = [output_arena.tensor(s) for s in out_specs]
@@ -353,6 +366,13 @@ class Evaluation:
                 state.sets[i] = self._new_set(input_set.values, input_set.seed)
         self._bind(state, binding, [param_arena, output_arena], draw=False)
         return state
+
+    def _sets_budget(self) -> int | None:
+        configured = os.environ.get("KF_EVALUATION_SETS_MEMORY_BYTES")
+        try:
+            return sets_budget(None if configured else self.device.free_memory_bytes(), configured)
+        except ValueError as exc:
+            raise EvaluationFailure(reasons.WORKER_ERROR, str(exc)) from exc
 
     def _draws_reproducibly(self, state: ShapeState, first: list[Any], seed: int) -> bool:
         """Whether get_inputs() gives the same values for the same seed (a second draw compared)."""
@@ -500,7 +520,13 @@ class Evaluation:
 
     # ---- correctness -------------------------------------------------------------------------------
     def _trial(self, state: ShapeState, seed_index: int) -> None:
-        input_set = state.sets[seed_index]
+        """Trial `seed_index` on a fresh input set: a held trial set the first time it is used, and the
+        same set refreshed with a new seed after that (set_plan.py: fewer sets where memory is short)."""
+        set_index = seed_index % state.trial_sets
+        input_set = state.sets[set_index]
+        seed = None
+        if seed_index >= state.trial_sets:
+            seed = self._refresh(state, input_set)
         self.failed_trial = {
             "shape": state.shape.name,
             "seed": input_set.seed,
@@ -521,7 +547,7 @@ class Evaluation:
         ]
         self.counters["trials"] += 1
         self._poison_outputs(state)
-        self._call(state, seed_index, trial=True)
+        self._call(state, set_index, trial=True, refresh=seed_index >= state.trial_sets, seed=seed)
         outputs = self._read_outputs(state)
         check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
         state.history.passed_seeds.append(seed_index)
@@ -943,6 +969,8 @@ class Evaluation:
             self.device.unpin(address)
         for arena in self.arenas:
             arena.close()
+        self.states.clear()
+        self.device.release_memory()
 
 
 def kill_and_reap(pid: int) -> None:

@@ -47,18 +47,16 @@ MAX_EVALUATIONS_PER_CHILD = 50
 
 
 # What the judge takes from the worker's environment: a Python worker's (torch, OpenMP, CUDA), plus the
-# CUDA toolkit's location and the runner's memory limit. PYTHONPATH is set by judge_environment.
-JUDGE_ENV_ALLOW: tuple[str, ...] = (
-    *PYTHON_ENV_ALLOW,
-    "CUDA_HOME",
-    "TORCH_CUDA_ARCH_LIST",
-    "KF_RUNNER_MEMORY_BYTES",
-)
+# CUDA toolkit's location. PYTHONPATH and the settings below are set by judge_environment.
+JUDGE_ENV_ALLOW: tuple[str, ...] = (*PYTHON_ENV_ALLOW, "CUDA_HOME", "TORCH_CUDA_ARCH_LIST")
+# The judge's own settings: the runner's memory limit (runner_client.py) and the input sets' memory
+# budget (set_plan.py). Named one by one: the sandbox never passes KF_* variables by pattern (secrets).
+JUDGE_SETTINGS: tuple[str, ...] = ("KF_RUNNER_MEMORY_BYTES", "KF_EVALUATION_SETS_MEMORY_BYTES")
 
 
 def judge_environment(cpu_threads: int | None) -> dict[str, str]:
     """What the judge gets on top of JUDGE_ENV_ALLOW: where to import from, and its thread settings."""
-    chosen: dict[str, str] = {}
+    chosen: dict[str, str] = {name: os.environ[name] for name in JUDGE_SETTINGS if name in os.environ}
     if cpu_threads:
         chosen["OMP_NUM_THREADS"] = str(cpu_threads)
     # The unit shares torch's OpenMP runtime; with spinning waits, one descheduled team member on a

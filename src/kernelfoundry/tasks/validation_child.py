@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import pickle
 import resource
@@ -60,6 +61,13 @@ DEFAULT_MEMORY_LIMIT_BYTES = 16 << 30
 # otherwise run until the deadline): far above any device, low enough to be reached in a second.
 META_CAP_BYTES = 1 << 42
 _MEMORY_ERRORS = ("can't allocate memory", "out of memory", "cannot allocate memory")
+# A GPU is shared with the runs' evaluations and other validations, and what they hold now they hold
+# only for a while: a shape that fits the device waits for its memory (and an allocation that failed on
+# memory someone else held is tried again) instead of being refused for what others happened to hold.
+MEMORY_WAIT_S = 180.0
+MEMORY_POLL_S = 0.5
+MEMORY_RETRIES = 2
+GPU_CAPACITY_SHARE = 0.95  # of a GPU's total memory, what one process can count on (others' contexts)
 
 __all__ = ["default_tolerance", "validate_in_process", "validate_shape"]
 
@@ -106,6 +114,56 @@ def _device_memory(device: str, limit_bytes: int) -> memory.DeviceMemory:
     if device.startswith("cuda"):
         return memory.gpu_memory(device)
     return memory.host_memory(limit_bytes, _resident_bytes())
+
+
+def _capacity(free: memory.DeviceMemory) -> int:
+    """What the device could give this process if nothing else held memory (a GPU), or what it has
+    (the host: its memory does not come back the same way)."""
+    if free.device.startswith("cuda"):
+        return int(free.total_bytes * GPU_CAPACITY_SHARE)
+    return free.available_bytes
+
+
+def _wait_for_memory(
+    device: str, limit_bytes: int, wanted: int, report: Callable[[str], None], wait_s: float = MEMORY_WAIT_S
+) -> memory.DeviceMemory:
+    """The device's memory once `wanted` bytes are free, or after `wait_s` (a GPU whose capacity holds
+    `wanted`; anything else is answered at once)."""
+    free = _device_memory(device, limit_bytes)
+    if not device.startswith("cuda") or free.available_bytes >= wanted or wanted > _capacity(free):
+        return free
+    report(
+        f"waiting for {wanted / memory.GIB:.2f} GiB on {device}: {memory.describe_free(free)}, "
+        "other processes hold the rest"
+    )
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and free.available_bytes < wanted:
+        time.sleep(MEMORY_POLL_S)
+        free = _device_memory(device, limit_bytes)
+    return free
+
+
+def _is_memory_error(text: str) -> bool:
+    return any(sign in text.lower() for sign in _MEMORY_ERRORS)
+
+
+def _retrying_on_memory(
+    step: Callable[[], Any], device: str, limit_bytes: int, wanted: int, report: Callable[[str], None]
+) -> Any:
+    """`step()`, tried again where it ran out of GPU memory that the device could have given it."""
+    import torch
+
+    for attempt in range(MEMORY_RETRIES + 1):
+        try:
+            return step()
+        except TaskError as exc:
+            last = attempt == MEMORY_RETRIES
+            if last or not device.startswith("cuda") or not _is_memory_error(exc.message):
+                raise
+            torch.cuda.empty_cache()
+            report(f"{exc.message[:200]}: trying again once {wanted / memory.GIB:.2f} GiB are free")
+            _wait_for_memory(device, limit_bytes, wanted, report)
+    raise AssertionError("unreachable")
 
 
 def _resident_bytes() -> int:
@@ -220,13 +278,22 @@ def _meta_estimate(
     except Exception:  # the meta device cannot run this reference; the real run decides
         return _Estimate(None, None, PRECISION_FLOAT64, True)
     footprint = meta.footprint
+    if placement.is_target:
+        wide = footprint.need_bytes + footprint.wide_need_bytes
+        wanted = wide if wide <= _capacity(free) else footprint.need_bytes
+        free = _wait_for_memory(placement.device, limit_bytes, wanted, report)
     estimate = asdict(memory.estimate(footprint, free))
     if footprint.need_bytes > free.available_bytes:
         if placement.is_target:
+            busy = (
+                f" (it fits the device: other processes held the rest for {MEMORY_WAIT_S:g} s)"
+                if footprint.need_bytes <= _capacity(free)
+                else ""
+            )
             raise TaskError(
                 "resource_limit",
                 f"shape `{shape.name}` needs {memory.describe_need(footprint)} on {placement.device}, "
-                f"but there are {memory.describe_free(free)}",
+                f"but there are {memory.describe_free(free)}{busy}",
             )
         return _Estimate(meta, estimate, PRECISION_FLOAT32, False)
     if footprint.need_bytes + footprint.wide_need_bytes <= free.available_bytes:
@@ -258,11 +325,17 @@ def validate_shape(
     report(f"shape `{shape.name}`: building the reference on {device}")
     module = load_reference_module(task.reference_source, shape.overrides)
     model, _ = build_model(module, shape, device)
-    runs = []  # (inputs, outputs) per seed
+    runs: list[tuple[list[Any], list[Any]]] = []  # (inputs, outputs) per seed
+    wanted = estimated.meta.footprint.need_bytes if estimated.meta is not None else 0
+
+    def run_seed(reference: Any, seed: int) -> tuple[list[Any], list[Any]]:
+        inputs = draw_inputs(module, shape, seed, device)
+        return inputs, _outputs(_forward(reference, inputs, shape, seed, device), shape)
+
     for seed in SEEDS:
         report(f"shape `{shape.name}`, seed {seed}: running forward() on {device}")
-        inputs = draw_inputs(module, shape, seed, device)
-        runs.append((inputs, _outputs(_forward(model, inputs, shape, seed, device), shape)))
+        step = functools.partial(run_seed, model, seed)
+        runs.append(_retrying_on_memory(step, device, limit_bytes, wanted, report))
     (inputs_first, first_outputs), (inputs_second, second_outputs) = runs
     if len(first_outputs) != len(second_outputs):
         raise TaskError(
@@ -298,7 +371,7 @@ def validate_shape(
         "memory": estimate,
         "depth": DEPTH_VALUES,
     }
-    del model, runs, inputs_seen, first_outputs, second_outputs
+    del model, step, runs, inputs_seen, first_outputs, second_outputs
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return summary

@@ -85,6 +85,17 @@ class JudgeDevice:
         """Page-lock host memory that staged copies go through (faster transfers); False: not pinned."""
         return False
 
+    def free_memory_bytes(self) -> int | None:
+        """Memory free for the evaluation's input sets (the host's MemAvailable; None: unknown)."""
+        with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+        return None
+
+    def release_memory(self) -> None:
+        """Give memory the evaluation no longer uses back to the device (other processes need it)."""
+
     def unpin(self, address: int) -> None:
         """Undo `pin` (before the memory is unmapped)."""
 

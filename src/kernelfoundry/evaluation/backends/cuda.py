@@ -82,6 +82,22 @@ class CudaJudgeDevice(JudgeDevice):
 
         torch.cuda.synchronize()
 
+    def free_memory_bytes(self) -> int | None:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(self.device))
+        return int(free)
+
+    def release_memory(self) -> None:
+        """The caching allocator keeps what an evaluation freed; the runners, the next evaluation's
+        draws and a validation beside this judge need it from the driver."""
+        import gc
+
+        import torch
+
+        gc.collect()  # tensors a reference cycle still holds are freed first
+        torch.cuda.empty_cache()
+
     def baseline_timer(self) -> Any:
         if self._timer is None:
             import torch

@@ -1,0 +1,76 @@
+"""How many input sets an evaluation holds at once, from what one set costs and the memory there is.
+
+The protocol asks for `trials` input sets for correctness and `timing` sets for the timed calls. At
+KernelBench's sizes one set can be gigabytes (LeakyReLU's input is 6.4 GB), and each set held costs its
+values on the judge's side, a float64 reference once it is checked, and, where memory is staged, the
+runner's own copy on the same device: the eight sets of such a task took an H200's 140 GB and every
+evaluation beside them ran out of memory. Where the sets do not fit, fewer are held and the rest are
+reached by refreshing a held set in place with a new seed before its next use: the values are as fresh
+as a new set's, only the pointer is the same (which the timed calls' refreshes already allow).
+
+Pure arithmetic; engine.py measures the figures. `KF_EVALUATION_SETS_MEMORY_BYTES` (the judge's
+environment) fixes the budget instead, e.g. for several executors sharing one GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Of the memory free when a shape starts, the share its held sets may take: the rest is for the outputs,
+# eager's and the reference's temporaries (float64 copies of the inputs while it runs), the previous
+# reference kept for the stale-output check, and the other processes on the device.
+SETS_MEMORY_SHARE = 0.4
+# The timed calls' schedule alternates between sets (verification.plan_calls): two is its least.
+MIN_TIMING_SETS = 2
+
+
+@dataclass(frozen=True)
+class SetPlan:
+    trial_sets: int  # held for the trials; trial k uses set k % trial_sets, refreshed after its first use
+    timing_sets: int  # held for the timed calls (each timed call may refresh its set anyway)
+    note: str = ""  # why fewer sets than asked are held ("" when all are)
+
+
+def sets_budget(free_bytes: int | None, configured: str | None) -> int | None:
+    """The bytes the held sets may take: `configured` (KF_EVALUATION_SETS_MEMORY_BYTES) when given,
+    else SETS_MEMORY_SHARE of the free memory; None: unknown (every set is held)."""
+    if configured:
+        try:
+            value = int(configured)
+        except ValueError:
+            raise ValueError(
+                f"KF_EVALUATION_SETS_MEMORY_BYTES must be a number of bytes, got {configured!r}"
+            ) from None
+        if value <= 0:
+            raise ValueError(f"KF_EVALUATION_SETS_MEMORY_BYTES must be positive, got {value}")
+        return value
+    return None if free_bytes is None else int(free_bytes * SETS_MEMORY_SHARE)
+
+
+def plan_sets(
+    trials: int,
+    timing: int,
+    set_bytes: int,
+    reference_bytes: int,
+    budget_bytes: int | None,
+    copies: int,
+) -> SetPlan:
+    """`copies`: the set's values held on the device per set (1: the runner maps the judge's memory; 2:
+    the runner holds its own copy). `budget_bytes` (sets_budget) None: unknown, every set is held."""
+    if trials < 1 or timing < MIN_TIMING_SETS:
+        raise ValueError(f"an evaluation needs a trial set and {MIN_TIMING_SETS} timing sets at least")
+    per_set = copies * set_bytes + reference_bytes
+    if budget_bytes is None or per_set <= 0:
+        return SetPlan(trials, timing)
+    fits = budget_bytes // per_set
+    if fits >= trials + timing:
+        return SetPlan(trials, timing)
+    timing_held = max(MIN_TIMING_SETS, min(timing, fits // 2))
+    trial_held = max(1, min(trials, fits - timing_held))
+    note = (
+        f"one input set costs {per_set / 1e9:.2f} GB here ({copies} cop{'y' if copies == 1 else 'ies'} of "
+        f"{set_bytes / 1e9:.2f} GB of inputs, a {reference_bytes / 1e9:.2f} GB reference) and the sets "
+        f"may take {budget_bytes / 1e9:.1f} GB: {trial_held} trial and {timing_held} timing set(s) held "
+        f"instead of {trials} and {timing}, the others reached by refreshing a held set with a new seed"
+    )
+    return SetPlan(trial_held, timing_held, note)

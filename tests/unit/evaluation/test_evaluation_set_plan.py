@@ -1,0 +1,54 @@
+"""How many input sets an evaluation holds: all where they fit, fewer (refreshed in place) where not."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelfoundry.evaluation.set_plan import MIN_TIMING_SETS, SETS_MEMORY_SHARE, plan_sets, sets_budget
+
+GB = 10**9
+
+
+def test_every_set_is_held_where_they_fit_or_the_memory_is_unknown() -> None:
+    for plan in (plan_sets(5, 3, GB, 2 * GB, 100 * GB, copies=2), plan_sets(5, 3, GB, GB, None, copies=2)):
+        assert (plan.trial_sets, plan.timing_sets, plan.note) == (5, 3, "")
+
+
+def test_a_kernelbench_sized_set_on_an_h200_keeps_one_trial_and_two_timing_sets() -> None:
+    """LeakyReLU at KernelBench's size: 6.4 GB of input, a 12.9 GB float64 reference, staged (the
+    runner's copy too): 25.8 GB a set; 40% of 135 GB free holds two, and the least is three."""
+    budget = sets_budget(135 * GB, None)
+    assert budget == int(135 * GB * SETS_MEMORY_SHARE)
+    plan = plan_sets(5, 3, int(6.44 * GB), int(12.9 * GB), budget, copies=2)
+    assert (plan.trial_sets, plan.timing_sets) == (1, MIN_TIMING_SETS)
+    assert "1 trial and 2 timing set(s) held instead of 5 and 3" in plan.note
+    assert "2 copies of 6.44 GB of inputs" in plan.note
+
+
+def test_the_sets_that_fit_are_split_between_trials_and_timing() -> None:
+    plan = plan_sets(5, 3, 1 * GB, 0, 6 * GB, copies=1)  # six sets fit of the eight asked
+    assert (plan.trial_sets, plan.timing_sets) == (3, 3)
+    assert plan.trial_sets + plan.timing_sets <= 6
+    tight = plan_sets(5, 3, 1 * GB, 0, 4 * GB, copies=1)
+    assert (tight.trial_sets, tight.timing_sets) == (2, 2)
+
+
+def test_one_trial_set_and_two_timing_sets_are_held_however_little_memory_there_is() -> None:
+    plan = plan_sets(5, 3, 10 * GB, 10 * GB, 1, copies=2)
+    assert (plan.trial_sets, plan.timing_sets) == (1, MIN_TIMING_SETS)
+
+
+def test_a_configured_budget_replaces_the_share_of_free_memory() -> None:
+    assert sets_budget(None, None) is None
+    assert sets_budget(100, "4096") == 4096
+    assert sets_budget(None, "4096") == 4096
+    for bad in ("lots", "-1", "0"):
+        with pytest.raises(ValueError, match="KF_EVALUATION_SETS_MEMORY_BYTES"):
+            sets_budget(100, bad)
+
+
+def test_an_evaluation_needs_a_trial_set_and_two_timing_sets() -> None:
+    with pytest.raises(ValueError):
+        plan_sets(0, 3, 1, 1, None, 1)
+    with pytest.raises(ValueError):
+        plan_sets(5, 1, 1, 1, None, 1)
