@@ -119,6 +119,7 @@ class ShapeState:
     outputs: list[Any] = field(default_factory=list)  # judge views of the output arena
     arenas: list[Arena] = field(default_factory=list)
     drawn: bool = False  # the runner draws the input sets from seeds (InputSet)
+    lean: bool = False  # memory is short (set_plan.py): references are not kept past their use
     traffic: roofline.Traffic | None = None  # bytes and FLOPs of one forward (roofline.py)
 
 
@@ -266,7 +267,7 @@ class Evaluation:
         for a drawn set, a new seed the runner draws from (returned; the judge draws the same values
         only when it needs them). The answer for the old values is kept only where it was computed
         anyway (a checked call): computing it for every refresh would cost a reference per timed call."""
-        input_set.previous_reference = input_set.reference
+        input_set.previous_reference = None if state.lean else input_set.reference
         input_set.reference = None
         input_set.refreshed_since_check = True
         seed = random_seed()
@@ -310,6 +311,7 @@ class Evaluation:
             copies=2 if self.staged else 1,
         )
         del eager
+        state.lean = plan.lean
         if plan.note:
             self.notes.append(f"{shape.name}: {plan.note}")
         seeds = [first_seed] + [random_seed() for _ in range(plan.trial_sets - 1)]
@@ -552,6 +554,8 @@ class Evaluation:
         check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
         state.history.passed_seeds.append(seed_index)
         state.history.previous_reference = reference
+        if state.lean:  # the history keeps it for the next trial's stale-output check
+            input_set.reference = None
 
     def _probe_outside_stream(self, state: ShapeState) -> None:
         """Staged devices (CUDA): the runner calls the unit while its stream is being captured into a

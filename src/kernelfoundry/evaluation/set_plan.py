@@ -6,7 +6,9 @@ values on the judge's side, a float64 reference once it is checked, and, where m
 runner's own copy on the same device: the eight sets of such a task took an H200's 140 GB and every
 evaluation beside them ran out of memory. Where the sets do not fit, fewer are held and the rest are
 reached by refreshing a held set in place with a new seed before its next use: the values are as fresh
-as a new set's, only the pointer is the same (which the timed calls' refreshes already allow).
+as a new set's, only the pointer is the same (which the timed calls' refreshes already allow). Such a
+plan is also lean: the answer for a set's old values is not kept after a refresh, so a unit that replays
+it reads timed_run_wrong rather than cached_result (caught all the same).
 
 Pure arithmetic; engine.py measures the figures. `KF_EVALUATION_SETS_MEMORY_BYTES` (the judge's
 environment) fixes the budget instead, e.g. for several executors sharing one GPU.
@@ -29,6 +31,11 @@ class SetPlan:
     trial_sets: int  # held for the trials; trial k uses set k % trial_sets, refreshed after its first use
     timing_sets: int  # held for the timed calls (each timed call may refresh its set anyway)
     note: str = ""  # why fewer sets than asked are held ("" when all are)
+
+    @property
+    def lean(self) -> bool:
+        """Memory is short: no reference is kept beyond the one a check needs (engine.py)."""
+        return bool(self.note)
 
 
 def sets_budget(free_bytes: int | None, configured: str | None) -> int | None:
@@ -59,10 +66,10 @@ def plan_sets(
     the runner holds its own copy). `budget_bytes` (sets_budget) None: unknown, every set is held."""
     if trials < 1 or timing < MIN_TIMING_SETS:
         raise ValueError(f"an evaluation needs a trial set and {MIN_TIMING_SETS} timing sets at least")
-    per_set = copies * set_bytes + reference_bytes
+    per_set = int(copies * set_bytes + reference_bytes)
     if budget_bytes is None or per_set <= 0:
         return SetPlan(trials, timing)
-    fits = budget_bytes // per_set
+    fits = int(budget_bytes) // per_set
     if fits >= trials + timing:
         return SetPlan(trials, timing)
     timing_held = max(MIN_TIMING_SETS, min(timing, fits // 2))

@@ -52,3 +52,11 @@ def test_an_evaluation_needs_a_trial_set_and_two_timing_sets() -> None:
         plan_sets(0, 3, 1, 1, None, 1)
     with pytest.raises(ValueError):
         plan_sets(5, 1, 1, 1, None, 1)
+
+
+def test_budgets_and_sizes_in_any_number_type_give_whole_sets() -> None:
+    """roofline.bytes_of counts in floats: a plan from them still holds a whole number of sets."""
+    plan = plan_sets(5, 3, 1.0 * GB, 0.0, 6.5 * GB, copies=1)
+    assert (plan.trial_sets, plan.timing_sets) == (3, 3)
+    assert all(isinstance(n, int) for n in (plan.trial_sets, plan.timing_sets))
+    assert plan.lean and not plan_sets(5, 3, 1.0, 0.0, None, copies=1).lean
