@@ -45,6 +45,18 @@ CASES = {
         "self.op(x)",
         "torch.randn(2, 8, 3, 5, 4)",
     ),
+    "conv_transpose2d_unit_stride_padded_dilated": (
+        "        self.op = nn.ConvTranspose2d(4, 6, (3, 4), stride=1, padding=(1, 2), dilation=(1, 2))",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 4, 7, 9)",
+    ),
+    "conv_transpose1d_strided_padded": (
+        "        self.op = nn.ConvTranspose1d(3, 5, 4, stride=3, padding=2, output_padding=2)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 17)",
+    ),
     "conv2d_strided_padded_dilated_grouped_no_bias": (
         "        self.op = nn.Conv2d(6, 4, (3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1),"
         " groups=2, bias=False)",

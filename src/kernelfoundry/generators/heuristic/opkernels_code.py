@@ -186,12 +186,17 @@ def _conv_transpose(k: OpKernel, e: str) -> tuple[str, str, str]:
         const float* wr = p.w + (((c * cog + cj) * p.k[0] + kd) * p.k[1] + kh) * p.k[2];
         for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
           const float wv = wr[kw];
+          // input column iw reaches output column ow = iw * s - off; only those inside [c0, c1)
           const int64_t off = p.pd[2] - kw * p.dl[2];
-          for (int64_t ow = c0; ow < c1; ++ow) {{
-            const int64_t tw = ow + off;
-            if (tw < 0 || tw % p.s[2]) continue;
-            const int64_t iw = tw / p.s[2];
-            if (iw < p.in[2]) o[ow] += wv * xr[iw];
+          const int64_t lo = kf_clampi(kf_cdiv(c0 + off, p.s[2]), 0, p.in[2]);
+          const int64_t hi = kf_clampi(kf_cdiv(c1 + off, p.s[2]), lo, p.in[2]);
+          if (p.s[2] == 1) {{
+#ifndef __CUDACC__
+#pragma omp simd
+#endif
+            for (int64_t iw = lo; iw < hi; ++iw) o[iw - off] += wv * xr[iw];
+          }} else {{
+            for (int64_t iw = lo; iw < hi; ++iw) o[iw * p.s[2] - off] += wv * xr[iw];
           }}
         }}
       }}
