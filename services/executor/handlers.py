@@ -4,7 +4,10 @@ Owns one device through one EvaluationWorker (a child process, recycled after de
 evaluation is a result (EvaluationFinished with its reason), never an exception. Repeated deliveries of a
 candidate it already evaluated are answered from memory, so no candidate is evaluated twice by a worker.
 The record names the executor and the device that evaluated it (details `executor`), and the device's
-busy seconds are counted (kf_executor_busy_seconds_total).
+busy seconds are counted (kf_executor_busy_seconds_total). An evaluation the judge could not make because
+the device's memory was held by other processes (a validation or another executor on the same GPU: the
+judge's own allocation failed, not the candidate's) is no verdict on the candidate: the request comes
+back later (MEMORY_RETRIES deliveries, growing delays) before such a failure is published.
 """
 
 from __future__ import annotations
@@ -30,7 +33,15 @@ from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2, evaluation_pb2
 
 RECENT_RESULTS = 256
+MEMORY_RETRIES = 3  # deliveries of a request whose judge ran out of device memory before it is failed
+MEMORY_RETRY_DELAY_S = 15.0
 log = get_logger(__name__)
+
+
+def judge_out_of_memory(report: EvaluationReport) -> bool:
+    """The judge itself ran out of memory (worker_error), as opposed to the candidate's code (whose
+    failures carry the candidate's reasons)."""
+    return report.reason == "worker_error" and "out of memory" in (report.message or "").lower()
 
 
 def report_to_event(
@@ -127,6 +138,18 @@ class EvaluateHandler:
                 )
                 report = await asyncio.to_thread(self.worker.evaluate, evaluation)
             busy_s = time.monotonic() - started
+        if judge_out_of_memory(report) and delivery.deliveries < MEMORY_RETRIES:
+            log.warning(
+                "evaluation deferred: the device's memory was held elsewhere",
+                candidate_id=request.candidate_id,
+                deliveries=delivery.deliveries,
+                message=report.message[:300],
+            )
+            raise Retry(
+                f"candidate {request.candidate_id}: the judge ran out of device memory: "
+                f"{report.message[:200]}",
+                delay_s=MEMORY_RETRY_DELAY_S * delivery.deliveries,
+            )
         event = report_to_event(request, report, self.identity)
         self._remember(request.candidate_id, event)
         if self.metrics is not None:

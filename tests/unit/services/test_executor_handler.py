@@ -166,3 +166,32 @@ async def test_a_request_no_judge_can_serve_is_refused_before_the_unit_is_read()
     with pytest.raises(Reject) as refused:
         await handler_for(bus, judge)(broken, DELIVERY)
     assert refused.value.reason == "bad_request" and judge.requests == []
+
+
+async def test_a_judge_out_of_device_memory_brings_the_request_back_then_fails_it() -> None:
+    """Memory held by other processes on the GPU is no verdict on the candidate: the request comes back
+    later; after MEMORY_RETRIES deliveries the failure is published as the verdict."""
+    from kernelfoundry.services.executor.handlers import MEMORY_RETRIES
+
+    bus = InMemoryBus()
+    oom = EvaluationReport.failure(
+        "worker_error", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB."
+    )
+    judge = ScriptedJudge(oom)
+    await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
+    handler = handler_for(bus, judge)
+    for attempt in range(1, MEMORY_RETRIES):
+        with pytest.raises(Retry, match="out of device memory") as retry:
+            await handler(request(), Delivery(subject=SUBJECT, deliveries=attempt, stream_sequence=1))
+        assert retry.value.delay_s > 0
+    (out,) = await handler(request(), Delivery(subject=SUBJECT, deliveries=MEMORY_RETRIES, stream_sequence=1))
+    assert not out.message.correct and out.message.reason == "worker_error"
+    assert len(judge.requests) == MEMORY_RETRIES
+
+
+async def test_a_candidate_that_runs_out_of_memory_itself_is_a_verdict_at_once() -> None:
+    bus = InMemoryBus()
+    judge = ScriptedJudge(EvaluationReport.failure("glue_error", "the candidate raised OutOfMemoryError"))
+    await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
+    (out,) = await handler_for(bus, judge)(request(), DELIVERY)
+    assert out.message.reason == "glue_error"
