@@ -11,8 +11,6 @@ from evaluation_fixtures import CPU_UNITS, Units, accepted_reasons
 
 from kernelfoundry.evaluation import EvaluationWorker
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def few_sets_worker() -> Iterator[EvaluationWorker]:
