@@ -76,6 +76,30 @@ CASES = {
         "self.op(x)",
         "torch.randn(2, 3, 29)",
     ),
+    "max_pool1d_unit_stride_padded": (
+        "        self.op = nn.MaxPool1d(8, stride=1, padding=4, dilation=3)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 61)",
+    ),
+    "max_pool3d_strided_padded": (
+        "        self.op = nn.MaxPool3d((2, 3, 3), stride=(1, 2, 2), padding=(1, 1, 0))",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 2, 5, 7, 9)",
+    ),
+    "avg_pool1d_strided_padded": (
+        "        self.op = nn.AvgPool1d(4, stride=3, padding=2)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 20)",
+    ),
+    "avg_pool2d_divisor_override": (
+        "        self.op = nn.AvgPool2d((3, 2), stride=1, padding=(1, 1), divisor_override=5)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 7, 8)",
+    ),
     "avg_pool2d_padding_excluded": (
         "        self.op = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)",
         "x",

@@ -216,6 +216,69 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
   const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0], nc = row / (p.out[1] * p.out[0]);
   const float* x = p.x + nc * p.in[0] * p.in[1] * p.in[2];
   float* o = p.o + row * p.out[2];
+#ifndef __CUDACC__
+  if (!p.adaptive) {{
+    // The host: the row's depth and height taps do not depend on the output column, so each tap of
+    // the width sweeps the columns it reaches (vectorised at unit stride), in the order of the loop below.
+    const int64_t sd = od * p.s[0] - p.pd[0], sh = oh * p.s[1] - p.pd[1];
+    for (int64_t ow = c0; ow < c1; ++ow) o[ow] = p.is_max ? -INFINITY : 0.0f;
+    int64_t rows_seen = 0;
+    for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
+      const int64_t d = sd + kd * p.dl[0];
+      if (d < 0 || d >= p.in[0]) continue;
+      for (int64_t kh = 0; kh < p.k[1]; ++kh) {{
+        const int64_t h = sh + kh * p.dl[1];
+        if (h < 0 || h >= p.in[1]) continue;
+        ++rows_seen;
+        const float* xr = x + (d * p.in[1] + h) * p.in[2];
+        for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
+          const int64_t off = kw * p.dl[2] - p.pd[2];
+          const int64_t lo = kf_clampi(kf_cdiv(-off, p.s[2]), c0, c1);
+          const int64_t hi = kf_clampi(kf_cdiv(p.in[2] - off, p.s[2]), lo, c1);
+          if (p.is_max && p.s[2] == 1) {{
+#pragma omp simd
+            for (int64_t ow = lo; ow < hi; ++ow) {{
+              const float v = xr[ow + off];
+              o[ow] = (v > o[ow] || v != v) ? v : o[ow];
+            }}
+          }} else if (p.is_max) {{
+            for (int64_t ow = lo; ow < hi; ++ow) {{
+              const float v = xr[ow * p.s[2] + off];
+              o[ow] = (v > o[ow] || v != v) ? v : o[ow];
+            }}
+          }} else if (p.s[2] == 1) {{
+#pragma omp simd
+            for (int64_t ow = lo; ow < hi; ++ow) o[ow] += xr[ow + off];
+          }} else {{
+            for (int64_t ow = lo; ow < hi; ++ow) o[ow] += xr[ow * p.s[2] + off];
+          }}
+        }}
+      }}
+    }}
+    if (!p.is_max) {{
+      // the divisor: the override, else the window clipped to the padded input, else its valid taps
+      const int64_t ed = sd + p.k[0] < p.in[0] + p.pd[0] ? sd + p.k[0] : p.in[0] + p.pd[0];
+      const int64_t eh = sh + p.k[1] < p.in[1] + p.pd[1] ? sh + p.k[1] : p.in[1] + p.pd[1];
+      for (int64_t ow = c0; ow < c1; ++ow) {{
+        const int64_t sw = ow * p.s[2] - p.pd[2];
+        int64_t div = p.divisor;
+        if (!div && p.include_pad) {{
+          const int64_t ew = sw + p.k[2] < p.in[2] + p.pd[2] ? sw + p.k[2] : p.in[2] + p.pd[2];
+          div = (ed - sd) * (eh - sh) * (ew - sw);
+        }} else if (!div) {{
+          int64_t cols = 0;
+          for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
+            const int64_t w = sw + kw * p.dl[2];
+            cols += w >= 0 && w < p.in[2];
+          }}
+          div = rows_seen * cols;
+        }}
+        o[ow] = o[ow] / (float)(div > 0 ? div : 1);
+      }}
+    }}
+    return;
+  }}
+#endif
   int64_t lo[3], hi[3], step[3];
   for (int64_t ow = c0; ow < c1; ++ow) {{
     const int64_t oi[3] = {{od, oh, ow}};
