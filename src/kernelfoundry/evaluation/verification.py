@@ -5,7 +5,10 @@ input set each call uses (never the set of the call before) and which calls have
 afterwards (`check`). Every timed call, warm-up included, first gets fresh values written into its set
 (`refresh`): no timed call sees contents the runner has seen before, so a unit that caches its outputs
 by a hash of its inputs pays for the whole work on every call. Every shape gets at least MIN_CHECKS
-checked calls, the last call always checked.
+checked calls, the last call always checked, and (from three calls on) one checked call at least is on a
+set that an earlier call used: a unit that keeps its answers by input pointer replays one there and is
+caught, however few calls the schedule has (with six calls over three sets, random checks alone missed
+every reuse in one schedule of three hundred).
 
 Claims: the runner reports its own time per call. Rule 1: a claim may never exceed the judge's own wall
 time of that call's round trip (`timing_forged`). Rule 2: the judge times batches of back-to-back calls
@@ -88,7 +91,25 @@ def plan_calls(calls: int, input_sets: int) -> list[PlannedCall]:
         plan[i] = PlannedCall(plan[i].input_set, True, True)
     if plan:
         plan[-1] = PlannedCall(plan[-1].input_set, True, True)
+    _check_a_reused_set(plan)
     return plan
+
+
+def _check_a_reused_set(plan: list[PlannedCall]) -> None:
+    """Make one checked call at least fall on a set an earlier call used (module docstring)."""
+    reused: list[int] = []
+    seen: set[int] = set()
+    for i, call in enumerate(plan):
+        if call.input_set in seen:
+            if call.check:
+                return
+            reused.append(i)
+        seen.add(call.input_set)
+    if reused:
+        i = reused[secrets.randbelow(len(reused))]
+        plan[i] = PlannedCall(plan[i].input_set, True, True)
+    elif len(plan) >= 3:  # every call on a set of its own: the last goes back to the set two calls before
+        plan[-1] = PlannedCall(plan[-3].input_set, True, True)
 
 
 def check_claim(claimed_ns: int, wall_ns: int, call: int) -> None:
