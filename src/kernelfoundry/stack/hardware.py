@@ -4,7 +4,8 @@ CPU always (`cpu.<machine>`); CUDA when a GPU answers (`cuda.<model>` for execut
 `cuda.sm<cc>`), limited to the GPUs this process may use: a CUDA_VISIBLE_DEVICES in the environment
 (indices in nvidia-smi's PCI order, or GPU UUIDs and their prefixes) keeps only the devices it lists.
 Only reads the machine; never changes it. The parsing and the visibility rule are pure functions, so the
-devices can be given instead of found (tests without a GPU).
+devices can be given instead of found (tests without a GPU). The host's memory (/proc/meminfo) is read
+here too, for the judge's input-set budget and the validation's memory check.
 """
 
 from __future__ import annotations
@@ -36,6 +37,26 @@ class HardwareTarget:
         pairs = [(index, uuid) for index, uuid in self.device_uuids() if index in indices]
         uuids = tuple(uuid for _, uuid in pairs)
         return replace(self, devices=tuple(index for index, _ in pairs), uuids=uuids if all(uuids) else ())
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo's fields in bytes (those given in kB, and the counts without a unit as they are)."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            fields[name.strip()] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return fields
+
+
+def host_meminfo() -> dict[str, int]:
+    """This host's /proc/meminfo (parse_meminfo); empty where there is none."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            return parse_meminfo(meminfo.read())
+    except (OSError, ValueError):
+        return {}
 
 
 def cpu_target() -> HardwareTarget:

@@ -14,6 +14,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from kernelfoundry.stack.hardware import host_meminfo, parse_meminfo
 from kernelfoundry.tasks.model import ShapeVariant, Task
 from kernelfoundry.tasks.reference import build_model, draw_inputs, load_reference_module
 from kernelfoundry.tasks.summary import MemoryEstimate
@@ -171,15 +172,7 @@ def run_on_meta(task: Task, shape: ShapeVariant, cap_bytes: int | None = None) -
 
 def host_memory(limit_bytes: int, used_bytes: int, meminfo_text: str | None = None) -> DeviceMemory:
     """The host's memory for the child: MemAvailable, capped by its limit less what it already uses."""
-    if meminfo_text is None:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            meminfo_text = meminfo.read()
-    fields = {}
-    for line in meminfo_text.splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            fields[name] = int(parts[0]) * 1024
+    fields = host_meminfo() if meminfo_text is None else parse_meminfo(meminfo_text)
     total = fields.get("MemTotal", limit_bytes)
     system_available = fields.get("MemAvailable", fields.get("MemFree", total))
     under_limit = max(0, limit_bytes - used_bytes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelfoundry.stack import hardware
 from kernelfoundry.stack.hardware import HardwareTarget, cpu_target, parse_gpu_list, visible_targets
 from kernelfoundry.stack.supervisor import Stack, executor_processes
 
@@ -121,3 +122,14 @@ def test_the_stack_serves_only_hardware_it_starts_executors_for(tmp_path: Path) 
     assert [s.env["KF_EXECUTOR_NAME"] for s in executors] == [s.name for s in executors]
     assert len({s.log_path for s in executors}) == 2
     assert {s.env["KF_HARDWARE"] for s in executors} == {cpu_target().execute}
+
+
+def test_meminfo_fields_are_bytes_and_counts_without_a_unit_stay_counts() -> None:
+    text = "MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\nHugePages_Total:       4\nbad line\n"
+    fields = hardware.parse_meminfo(text)
+    assert fields == {"MemTotal": 24000000 * 1024, "MemAvailable": 20000000 * 1024, "HugePages_Total": 4}
+
+
+def test_this_host_s_meminfo_has_its_available_memory() -> None:
+    fields = hardware.host_meminfo()
+    assert 0 < fields["MemAvailable"] <= fields["MemTotal"]

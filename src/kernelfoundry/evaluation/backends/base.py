@@ -87,11 +87,9 @@ class JudgeDevice:
 
     def free_memory_bytes(self) -> int | None:
         """Memory free for the evaluation's input sets (the host's MemAvailable; None: unknown)."""
-        with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-        return None
+        from kernelfoundry.stack.hardware import host_meminfo
+
+        return host_meminfo().get("MemAvailable")
 
     def release_memory(self) -> None:
         """Give memory the evaluation no longer uses back to the device (other processes need it)."""
