@@ -25,7 +25,13 @@ from kernelfoundry.bus import subjects
 from kernelfoundry.bus.consumer import Delivery, Reject, Retry
 from kernelfoundry.bus.protocol import Bus, Outgoing
 from kernelfoundry.codec import kernel_from_proto, task_from_proto
-from kernelfoundry.evaluation import EvaluationReport, EvaluationRequest, EvaluationSettings, EvaluationWorker
+from kernelfoundry.evaluation import (
+    EvaluationReport,
+    EvaluationRequest,
+    EvaluationSettings,
+    EvaluationWorker,
+    reasons,
+)
 from kernelfoundry.services.executor.identity import ExecutorIdentity
 from kernelfoundry.tasks.model import TaskError
 from kernelfoundry.telemetry.logging import get_logger
@@ -39,9 +45,9 @@ log = get_logger(__name__)
 
 
 def judge_out_of_memory(report: EvaluationReport) -> bool:
-    """The judge itself ran out of memory (worker_error), as opposed to the candidate's code (whose
-    failures carry the candidate's reasons)."""
-    return report.reason == "worker_error" and "out of memory" in (report.message or "").lower()
+    """The judge itself ran out of memory, as opposed to the candidate's code (whose failures carry the
+    candidate's reasons)."""
+    return report.reason == reasons.JUDGE_OUT_OF_MEMORY
 
 
 def report_to_event(

@@ -998,7 +998,8 @@ def run_evaluation(
     try:
         evaluation = Evaluation(request, runner_factory, before_timing)
         report = evaluation.run()
-    except EvaluationFailure as failure:
+    except EvaluationFailure as raised:
+        failure = reasons.judge_failure(raised)
         report = (
             evaluation.failure_report(failure)
             if evaluation
@@ -1008,6 +1009,8 @@ def run_evaluation(
         failure = classify_exception(exc, "evaluation")
         if failure.reason == reasons.GLUE_ERROR:
             failure = EvaluationFailure(reasons.WORKER_ERROR, f"{type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            failure = reasons.judge_failure(failure)
         report = (
             evaluation.failure_report(failure)
             if evaluation

@@ -54,11 +54,18 @@ BACKGROUND_PROCESS = "background_process"
 REFERENCE_ERROR = "reference_error"
 BAD_REQUEST = "bad_request"
 WORKER_ERROR = "worker_error"
+# The judge's own allocation failed (references, eager, input sets): memory other processes held, no
+# verdict on the candidate; the executor delivers the request again later (services/executor/handlers.py).
+JUDGE_OUT_OF_MEMORY = "judge_out_of_memory"
 
 # Failures after which the judge process must not serve another evaluation (its own state may be
 # wrong). A candidate's crash, hang or device error happens in its runner, which is discarded after
 # every candidate anyway; the judge also retires itself when its own device context fails its check.
-RECYCLING_REASONS = frozenset({WORKER_ERROR})
+# A judge out of memory retires too: a fresh one gives back everything its allocator cached.
+RECYCLING_REASONS = frozenset({WORKER_ERROR, JUDGE_OUT_OF_MEMORY})
+# The judge's failures whose cause may be an allocation of its own (judge_out_of_memory when it was).
+_JUDGE_SIDE_REASONS = frozenset({WORKER_ERROR, REFERENCE_ERROR})
+_OUT_OF_MEMORY_TEXTS = ("out of memory", "can't allocate memory")
 
 
 class EvaluationFailure(Exception):
@@ -84,6 +91,30 @@ def classify_exception(exc: BaseException, where: str) -> EvaluationFailure:
     if "cuda error" in lowered or "acceleratorerror" in lowered or "cudaerror" in lowered:
         return EvaluationFailure(DEVICE_ERROR, f"{where}: {text}")
     return EvaluationFailure(GLUE_ERROR, f"{where} raised {text}")
+
+
+def is_out_of_memory(exc: BaseException | None) -> bool:
+    """`exc`, or an exception it was raised from, is a failed allocation: MemoryError, torch's
+    OutOfMemoryError, or a RuntimeError that says so (torch's CPU allocator)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+            return True
+        if isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _OUT_OF_MEMORY_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def judge_failure(failure: EvaluationFailure) -> EvaluationFailure:
+    """A failure of the judge's own work (worker_error, reference_error) that an allocation caused
+    becomes judge_out_of_memory; any other failure is returned as it is."""
+    if failure.reason in _JUDGE_SIDE_REASONS and is_out_of_memory(failure.__cause__ or failure.__context__):
+        out = EvaluationFailure(JUDGE_OUT_OF_MEMORY, f"the judge ran out of memory: {failure.message}")
+        out.__cause__ = failure
+        return out
+    return failure
 
 
 def signal_name(returncode: int | None) -> str:

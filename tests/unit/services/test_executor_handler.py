@@ -175,7 +175,8 @@ async def test_a_judge_out_of_device_memory_brings_the_request_back_then_fails_i
 
     bus = InMemoryBus()
     oom = EvaluationReport.failure(
-        "worker_error", "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB."
+        "judge_out_of_memory",
+        "the judge ran out of memory: OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB.",
     )
     judge = ScriptedJudge(oom)
     await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
@@ -185,7 +186,7 @@ async def test_a_judge_out_of_device_memory_brings_the_request_back_then_fails_i
             await handler(request(), Delivery(subject=SUBJECT, deliveries=attempt, stream_sequence=1))
         assert retry.value.delay_s > 0
     (out,) = await handler(request(), Delivery(subject=SUBJECT, deliveries=MEMORY_RETRIES, stream_sequence=1))
-    assert not out.message.correct and out.message.reason == "worker_error"
+    assert not out.message.correct and out.message.reason == "judge_out_of_memory"
     assert len(judge.requests) == MEMORY_RETRIES
 
 
