@@ -97,12 +97,13 @@ def test_heavy_ops_split_the_graph_into_parts_called_from_glue() -> None:
     assert parts[0].inputs == ["conv", "p_bias"]
 
 
-def test_cpu_seeds_are_a_direct_translation_and_a_fused_variant_with_honest_descriptors() -> None:
+def test_cpu_seeds_put_the_fused_variant_first_the_direct_translation_last_with_honest_descriptors() -> None:
     result = HeuristicGenerator().generate_sync(
         GenerationRequest("r", small_task("level2_elementwise_chain", batch_size=4, dim=16), "cpu", count=4)
     )
     assert not result.error
-    direct, fused = result.candidates[:2]
+    fused, direct = result.candidates[0], result.candidates[-1]
+    assert direct.rationale.startswith("direct translation")
     assert direct.strategy.memory == 0 and direct.strategy.parallelism == 0
     assert "omp simd" not in direct.source.code
     assert fused.strategy == Descriptors(1, 1, 0)
@@ -166,8 +167,10 @@ def test_glue_keeps_the_heavy_op_and_launches_the_tail() -> None:
     assert "F.gelu" not in glue and "torch.gelu" not in glue
 
 
-def _parent(task: Task, index: int = 1) -> ParentKernel:
-    seed = HeuristicGenerator().generate_sync(GenerationRequest("s", task, "cpu", count=2)).candidates[index]
+def _parent(task: Task, rationale: str = "fused:") -> ParentKernel:
+    """The CPU seed whose rationale starts with `rationale` (the fused seed by default)."""
+    result = HeuristicGenerator().generate_sync(GenerationRequest("s", task, "cpu", count=16))
+    seed = next(c for c in result.candidates if c.rationale.startswith(rationale))
     return ParentKernel(seed.source, seed.strategy, speedup=1.0, runtime_ms=1.0)
 
 
