@@ -39,6 +39,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+sys.path.insert(0, str(ROOT / "bench"))
+
+from gpu_busy import GpuBusy  # noqa: E402
+
 from kernelfoundry.domain.kernel import KernelSource  # noqa: E402
 from kernelfoundry.evaluation import (  # noqa: E402
     EvaluationRequest,
@@ -52,7 +56,6 @@ from kernelfoundry.toolchains import BuildTarget, build  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
 REPEATS = 5
-SAMPLE_MS = 50
 
 CHAIN_KERNEL = r"""
 #include <math.h>
@@ -113,45 +116,6 @@ def fixed_cases(work: Path) -> list[tuple[str, Any, KernelSource, Path]]:
         assert built.ok and built.artifact is not None, built.log
         chosen.append((name, task, source, built.artifact))
     return chosen
-
-
-class GpuBusy:
-    """The fraction of samples in which nvidia-smi saw the GPU busy (utilization.gpu > 0), while open."""
-
-    def __init__(self, device: str) -> None:
-        self.index = device.split(":", 1)[1] if ":" in device else "0"
-        self.samples: list[float] = []
-        self._process: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> GpuBusy:
-        try:
-            self._process = subprocess.Popen(
-                [
-                    "nvidia-smi",
-                    "-i",
-                    self.index,
-                    "--query-gpu=utilization.gpu",
-                    "--format=csv,noheader,nounits",
-                    f"--loop-ms={SAMPLE_MS}",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-        except OSError:
-            self._process = None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._process is None:
-            return
-        self._process.terminate()
-        out, _ = self._process.communicate(timeout=10)
-        self.samples = [float(line) for line in out.split() if line.strip().replace(".", "", 1).isdigit()]
-
-    @property
-    def busy_fraction(self) -> float | None:
-        return sum(1 for s in self.samples if s > 0) / len(self.samples) if self.samples else None
 
 
 def measure(

@@ -36,6 +36,7 @@ it writes `kernelbench_<backend>.json` and `.txt` under `--out`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -45,7 +46,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpu_busy import GpuBusy
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
@@ -69,7 +73,7 @@ def parse_chunk(text: str) -> tuple[int, int]:
     """`K/N` (1-based K) -> (K, N); raises ValueError naming the problem."""
     k, sep, n = text.partition("/")
     if not sep or not k.isdigit() or not n.isdigit() or not 1 <= int(k) <= int(n):
-        raise ValueError(f"--chunk must be K/N with 1 <= K <= N, got {text!r}")
+        raise ValueError(f"--chunk and --sample must be K/N with 1 <= K <= N, got {text!r}")
     return int(k), int(n)
 
 
@@ -79,8 +83,21 @@ def chunk_of(items: list[Any], k: int, n: int) -> list[Any]:
     return items[start:end]
 
 
-def select(kernelbench: Path, levels: Iterable[str], chunk: str | None, only: list[str] | None) -> list[Path]:
+def sample_of(items: list[Any], k: int, n: int) -> list[Any]:
+    """Every N-th item starting at the K-th (1-based): a sample spread over the whole list."""
+    return items[k - 1 :: n]
+
+
+def select(
+    kernelbench: Path,
+    levels: Iterable[str],
+    chunk: str | None,
+    only: list[str] | None,
+    sample: str | None = None,
+) -> list[Path]:
     paths = [p for level in levels for p in level_files(kernelbench, level)]
+    if sample:
+        paths = sample_of(paths, *parse_chunk(sample))
     if only:
         wanted = set(only)
         paths = [p for p in paths if p.stem in wanted or f"level{p.parent.name[-1]}/{p.stem}" in wanted]
@@ -301,14 +318,13 @@ def baseline_row(path: Path, task: Any, backend: str, limits: dict[str, float]) 
 
 def run(args: argparse.Namespace) -> None:
     import torch
+    from gpu_busy import GpuBusy
     from stack_harness import StackRunner, machine_limits
-
-    from kernelfoundry.client import SubmissionRejected
 
     if args.budget > MAX_BUDGET:
         raise SystemExit(f"--budget is at most {MAX_BUDGET} evaluations per task, got {args.budget}")
     levels = [args.level] if args.level else list(LEVELS)
-    paths = select(Path(args.kernelbench), levels, args.chunk, args.only)
+    paths = select(Path(args.kernelbench), levels, args.chunk, args.only, args.sample)
     results = Path(args.results[0]) if args.results else RESULTS / f"kernelbench_{args.backend}.jsonl"
     done = {r["task"] for r in read_rows([results])}
     todo = [p for p in paths if task_key(p) not in done]
@@ -329,32 +345,82 @@ def run(args: argparse.Namespace) -> None:
         prepared.append((task, row))
     runner = StackRunner(args.backend, args.population, args.compile)
     running: dict[str, dict[str, Any]] = {}
+    finished: list[dict[str, Any]] = []
+    busy = GpuBusy("cuda:0") if args.backend == "cuda" else None
+    searched = time.monotonic()
     try:
-        while prepared or running:
-            if time.monotonic() - started > args.deadline_s:
-                for run_id, row in running.items():
-                    runner.client.cancel(run_id)
-                    print(f"{row['task']}: cancelled at the deadline (not recorded)", flush=True)
-                print(f"deadline of {args.deadline_s:g} s: {len(prepared)} unsubmitted tasks left")
-                return
-            while prepared and len(running) < args.parallel_runs:
-                task, row = prepared.pop(0)
-                try:
-                    running[runner.submit(task, args.budget)] = row
-                    row["accepted"] = True
-                except SubmissionRejected as exc:
-                    row.update(accepted=False, correct=False, refusal=str(exc))
-                    append_row(results, row)
-                    print(f"{row['task']}: REFUSED {exc}", flush=True)
-            time.sleep(1.0)
-            for run_id in list(running):
-                found = runner.result(run_id)
-                if found is not None:
-                    row = complete_row(running.pop(run_id), found)
-                    append_row(results, row)
-                    print(progress_line(row), flush=True)
+        with busy if busy is not None else contextlib.nullcontext():
+            search(args, runner, prepared, running, finished, results, started)
     finally:
         runner.close()
+        record_throughput(results, throughput(finished, time.monotonic() - searched, busy, args, commit))
+
+
+def search(
+    args: argparse.Namespace,
+    runner: Any,
+    prepared: list[tuple[Any, dict[str, Any]]],
+    running: dict[str, dict[str, Any]],
+    finished: list[dict[str, Any]],
+    results: Path,
+    started: float,
+) -> None:
+    """Submits the prepared tasks, at most `--parallel-runs` at once, and records each run as it ends."""
+    from kernelfoundry.client import SubmissionRejected
+
+    while prepared or running:
+        if time.monotonic() - started > args.deadline_s:
+            for run_id, row in running.items():
+                runner.client.cancel(run_id)
+                print(f"{row['task']}: cancelled at the deadline (not recorded)", flush=True)
+            print(f"deadline of {args.deadline_s:g} s: {len(prepared)} unsubmitted tasks left")
+            return
+        while prepared and len(running) < args.parallel_runs:
+            task, row = prepared.pop(0)
+            try:
+                running[runner.submit(task, args.budget)] = row
+                row["accepted"] = True
+            except SubmissionRejected as exc:
+                row.update(accepted=False, correct=False, refusal=str(exc))
+                append_row(results, row)
+                print(f"{row['task']}: REFUSED {exc}", flush=True)
+        time.sleep(1.0)
+        for run_id in list(running):
+            found = runner.result(run_id)
+            if found is not None:
+                row = complete_row(running.pop(run_id), found)
+                append_row(results, row)
+                finished.append(row)
+                print(progress_line(row), flush=True)
+
+
+def throughput(
+    finished: list[dict[str, Any]], wall_s: float, busy: GpuBusy | None, args: argparse.Namespace, commit: str
+) -> dict[str, Any]:
+    """One invocation's rate: evaluations of the runs that ended, per hour of its wall time (one device),
+    and how busy the GPU was meanwhile (NVML samples; None on the CPU)."""
+    evaluations = sum(int(row.get("evaluations") or 0) for row in finished)
+    return {
+        "commit": commit,
+        "backend": args.backend,
+        "parallel_runs": args.parallel_runs,
+        "budget": args.budget,
+        "runs_ended": len(finished),
+        "evaluations": evaluations,
+        "wall_s": round(wall_s, 1),
+        "evaluations_per_hour": round(evaluations * 3600 / wall_s, 1) if wall_s > 0 else None,
+        "gpu_busy_fraction": busy.busy_fraction if busy is not None else None,
+        "gpu_above_50_fraction": busy.fraction_above(50.0) if busy is not None else None,
+        "gpu_mean_utilisation": busy.mean if busy is not None else None,
+    }
+
+
+def record_throughput(results: Path, record: dict[str, Any]) -> None:
+    """Appends the invocation's rate to `<results stem>_throughput.jsonl` beside the results and prints it."""
+    path = results.with_name(results.stem + "_throughput.jsonl")
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    print("throughput:", json.dumps(record), flush=True)
 
 
 def progress_line(row: dict[str, Any]) -> str:
@@ -374,6 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.choices["run"]
     r.add_argument("--level", choices=LEVELS, default=None)
     r.add_argument("--chunk", default=None, help="K/N: the K-th of N parts of the selected tasks")
+    r.add_argument("--sample", default=None, help="K/N: every N-th task from the K-th (a spread sample)")
     r.add_argument("--only", nargs="*", default=None, help="task file stems (or levelL/stem)")
     r.add_argument("--budget", type=int, default=MAX_BUDGET, help=f"evaluations per task (<= {MAX_BUDGET})")
     r.add_argument("--population", type=int, default=2, help="generation requests per iteration")

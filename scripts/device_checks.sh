@@ -10,9 +10,11 @@
 #   cost       bench/evaluation_cost.py on CUDA: per-phase judge time and GPU-busy fraction (KF_COST_TASKS)
 #   probe-speed tests/kernelbench/probe_gpu_speed.py: the proposer's first CUDA seed per op family vs eager
 #   kb:K/N     bench/kernelbench.py run on the K-th of N chunks of the 176 tasks (results appended)
+#   kbs:K/N    the same on a spread sample: every N-th task from the K-th (both levels)
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
 # Limits per step come from KF_STEP_LIMIT_<STEP> (seconds; defaults below); the whole call must end inside
-# the device's 600 s per command. KF_GPU_TESTS_K narrows the GPU tests (pytest -k), KF_AB_ONLY the A/B's tasks.
+# the device's 600 s per command. KF_KB_BUDGET and KF_KB_PARALLEL set the bench's evaluations per task and runs
+# at once (8 and 4). KF_GPU_TESTS_K narrows the GPU tests (pytest -k), KF_AB_ONLY the A/B's tasks.
 set -uo pipefail
 out="${OUT:-/tmp/kf-out}"
 mkdir -p "$out"
@@ -56,10 +58,12 @@ for rung in LADDER:
       timeout "${KF_STEP_LIMIT_PROBE_SPEED:-240}" python3 tests/kernelbench/probe_gpu_speed.py --json "$out/probe_gpu_speed.json" \
         2>&1 | tee "$out/probe_gpu_speed.txt"
       ;;
-    kb:*)
+    kb:* | kbs:*)
+      [[ "$step" == kbs:* ]] && select=(--sample "${step#kbs:}") || select=(--chunk "${step#kb:}")
       timeout "${KF_STEP_LIMIT_KB:-540}" python3 bench/kernelbench.py run --backend cuda \
-        --kernelbench .device-carry/kernelbench --chunk "${step#kb:}" --compile --parallel-runs "${KF_KB_PARALLEL:-4}" \
-        --deadline-s "$(( ${KF_STEP_LIMIT_KB:-540} - 30 ))" --results "$out/kernelbench_cuda.jsonl" 2>&1 | tee -a "$out/kernelbench_cuda.txt"
+        --kernelbench .device-carry/kernelbench "${select[@]}" --compile --budget "${KF_KB_BUDGET:-8}" \
+        --parallel-runs "${KF_KB_PARALLEL:-4}" --deadline-s "$(( ${KF_STEP_LIMIT_KB:-540} - 30 ))" \
+        --results "$out/kernelbench_cuda.jsonl" 2>&1 | tee -a "$out/kernelbench_cuda.txt"
       ;;
     *) echo "unknown step $step" >&2 ;;
   esac

@@ -6,10 +6,12 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from gpu_busy import GpuBusy, parse_samples
 from kernelbench import (
     append_row,
     chunk_of,
@@ -19,7 +21,9 @@ from kernelbench import (
     parse_chunk,
     read_rows,
     report_text,
+    sample_of,
     select,
+    throughput,
 )
 
 
@@ -29,6 +33,29 @@ def test_chunks_cover_every_task_exactly_once() -> None:
     assert [x for part in parts for x in part] == items
     assert {len(part) for part in parts} == {11}
     assert chunk_of(list(range(5)), 3, 3) == [3, 4]
+
+
+def test_a_sample_takes_every_nth_task_across_both_levels(tmp_path: Path) -> None:
+    assert sample_of(list(range(10)), 2, 4) == [1, 5, 9]
+    for level in ("1", "2"):
+        (tmp_path / f"level{level}").mkdir()
+        for n in range(1, 5):
+            (tmp_path / f"level{level}" / f"{n}_Op.py").write_text("")
+    picked = select(tmp_path, ("1", "2"), None, None, sample="1/3")
+    assert [f"{p.parent.name}/{p.stem}" for p in picked] == ["level1/1_Op", "level1/4_Op", "level2/3_Op"]
+
+
+def test_throughput_counts_the_ended_runs_evaluations_per_hour_and_the_gpu_samples() -> None:
+    args = SimpleNamespace(backend="cuda", parallel_runs=8, budget=16)
+    busy = GpuBusy("cuda:0")
+    busy.samples = parse_samples("0\n30\n 75\n100\nN/A\n")
+    record = throughput([{"evaluations": 16}, {"evaluations": 8}, {}], 120.0, busy, args, "abc")
+    assert record["evaluations"] == 24 and record["runs_ended"] == 3
+    assert record["evaluations_per_hour"] == 720.0
+    assert record["gpu_busy_fraction"] == 0.75 and record["gpu_above_50_fraction"] == 0.5
+    assert record["gpu_mean_utilisation"] == 51.25
+    on_cpu = throughput([], 10.0, None, SimpleNamespace(backend="cpu", parallel_runs=1, budget=4), "abc")
+    assert on_cpu["gpu_busy_fraction"] is None and on_cpu["evaluations_per_hour"] == 0.0
 
 
 @pytest.mark.parametrize("text", ["0/4", "5/4", "2", "a/b", "1/0"])
