@@ -144,6 +144,16 @@ class EvaluateHandler:
                 )
                 report = await asyncio.to_thread(self.worker.evaluate, evaluation)
             busy_s = time.monotonic() - started
+        log.info(
+            "evaluation finished",
+            candidate_id=request.candidate_id,
+            run_id=request.run_id,
+            correct=report.correct,
+            reason=report.reason,
+            busy_s=round(busy_s, 3),
+            runtime_ms=report.runtime_ms,
+            phases_ms=report.phases_ms,
+        )
         if judge_out_of_memory(report) and delivery.deliveries < MEMORY_RETRIES:
             log.warning(
                 "evaluation deferred: the device's memory was held elsewhere",
