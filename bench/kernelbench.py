@@ -371,8 +371,11 @@ def search(
     while prepared or running:
         if time.monotonic() - started > args.deadline_s:
             for run_id, row in running.items():
+                progress = runner.client.get_run(run_id)
                 runner.client.cancel(run_id)
-                print(f"{row['task']}: cancelled at the deadline (not recorded)", flush=True)
+                done = progress.candidates_correct + progress.candidates_failed
+                finished.append({"task": row["task"], "evaluations": done, "cancelled": True})
+                print(f"{row['task']}: cancelled at the deadline after {done} evaluations (not recorded)")
             print(f"deadline of {args.deadline_s:g} s: {len(prepared)} unsubmitted tasks left")
             return
         while prepared and len(running) < args.parallel_runs:
@@ -397,15 +400,17 @@ def search(
 def throughput(
     finished: list[dict[str, Any]], wall_s: float, busy: GpuBusy | None, args: argparse.Namespace, commit: str
 ) -> dict[str, Any]:
-    """One invocation's rate: evaluations of the runs that ended, per hour of its wall time (one device),
-    and how busy the GPU was meanwhile (NVML samples; None on the CPU)."""
+    """One invocation's rate: evaluations of its runs (those cancelled at the deadline too), per hour of its
+    wall time (one device), and how busy the GPU was meanwhile (NVML samples; None on the CPU)."""
     evaluations = sum(int(row.get("evaluations") or 0) for row in finished)
+    cancelled = sum(1 for row in finished if row.get("cancelled"))
     return {
         "commit": commit,
         "backend": args.backend,
         "parallel_runs": args.parallel_runs,
         "budget": args.budget,
-        "runs_ended": len(finished),
+        "runs_ended": len(finished) - cancelled,
+        "runs_cancelled": cancelled,
         "evaluations": evaluations,
         "wall_s": round(wall_s, 1),
         "evaluations_per_hour": round(evaluations * 3600 / wall_s, 1) if wall_s > 0 else None,

@@ -49,8 +49,9 @@ def test_throughput_counts_the_ended_runs_evaluations_per_hour_and_the_gpu_sampl
     args = SimpleNamespace(backend="cuda", parallel_runs=8, budget=16)
     busy = GpuBusy("cuda:0")
     busy.samples = parse_samples("0\n30\n 75\n100\nN/A\n")
-    record = throughput([{"evaluations": 16}, {"evaluations": 8}, {}], 120.0, busy, args, "abc")
-    assert record["evaluations"] == 24 and record["runs_ended"] == 3
+    ran = [{"evaluations": 16}, {"evaluations": 8, "cancelled": True}, {}]
+    record = throughput(ran, 120.0, busy, args, "abc")
+    assert record["evaluations"] == 24 and record["runs_ended"] == 2 and record["runs_cancelled"] == 1
     assert record["evaluations_per_hour"] == 720.0
     assert record["gpu_busy_fraction"] == 0.75 and record["gpu_above_50_fraction"] == 0.5
     assert record["gpu_mean_utilisation"] == 51.25
