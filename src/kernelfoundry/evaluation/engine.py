@@ -462,7 +462,14 @@ class Evaluation:
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         self.reference_dtype = ref_dtype
-        return [o.detach().clone() for o in outputs]
+        result = [o.detach().clone() for o in outputs]
+        if state.lean:
+            # Memory is short: the float64 copies of the inputs and the forward's temporaries go back to
+            # the driver now, not at the evaluation's end, or the runner's next call (its own outputs,
+            # a glue's temporaries) finds the device full of this judge's cached blocks.
+            del outputs, wide
+            self.device.release_memory()
+        return result
 
     def _eager(self, state: ShapeState, inputs: list[Any]) -> list[Any]:
         try:
