@@ -844,6 +844,7 @@ class Evaluation:
         if self.runner is None:
             return
         known = self.runner._judge_children_before
+        self.notes.extend(self.runner.notes)  # idle windows over their allowance that a re-check cleared
         leftovers = self.runner.close()
         adopted = observation.children(os.getpid()) - known - {self.runner.pid}
         stray = sorted(set(leftovers) | adopted)

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import kernelfoundry
-from kernelfoundry.evaluation import channel, messages, observation, reasons
+from kernelfoundry.evaluation import channel, messages, observation, reasons, verification
 from kernelfoundry.evaluation.backends import Backend
 from kernelfoundry.evaluation.reasons import EvaluationFailure
-from kernelfoundry.evaluation.verification import check_idle_cpu
 
 STARTUP_TIMEOUT_S = 180.0
 LOG_TAIL_BYTES = 2000
@@ -58,6 +57,10 @@ IDLE_WATCHED_OPS = frozenset({"call", "batch"})
 # unit left running has time to show up as CPU time however quickly the judge moves on (without it the
 # window could be a fraction of a millisecond, and detection depended on the judge's own speed).
 MIN_IDLE_WINDOW_S = 0.003
+# A window over its allowance is measured again, this long, right away (no command in between), before
+# the judge convicts (verification.py, "Background work"): work left running shows there again, an
+# honest thread's wake-up after the reply, stretched by a busy host, is over by then.
+IDLE_RECHECK_WINDOW_S = 0.05
 
 
 class _PlainProcess:
@@ -198,6 +201,8 @@ class RunnerProcess:
         self._last_op = "its start"
         self._watch_idle = False  # only after a timed call or a batch (IDLE_WATCHED_OPS)
         self._replied_at = 0.0  # time.monotonic() of the last reply
+        self._idle_suspect = False  # the last watched window was over its allowance, its re-check idle
+        self.notes: list[str] = []  # for the report: suspicions that the re-check cleared
         self._judge_children_before: set[int] = set()
         self.closed = False
 
@@ -259,13 +264,46 @@ class RunnerProcess:
         remaining = self._replied_at + MIN_IDLE_WINDOW_S - time.monotonic()
         if remaining > 0:
             time.sleep(remaining)
-        main_now, others_now, total_now = self._cpu_now()
-        main_then, others_then, total_then = self._cpu_at_reply
+        context = f"`{self._last_op}`"
+        now = self._cpu_now()
+        first = self._idle_excess(self._cpu_at_reply, now)
+        if first is None:
+            self._idle_suspect = False
+            return
+        # One window over its allowance is a suspicion; it convicts only when it reproduces
+        # (verification.py, "Background work"): after the call before it as well ...
+        if self._idle_suspect:
+            raise EvaluationFailure(
+                reasons.BACKGROUND_WORK,
+                first.describe(context, also=", as it had after the call before (two windows in a row)"),
+            )
+        # ... or in a second, longer window measured at once: work left running shows there again.
+        time.sleep(IDLE_RECHECK_WINDOW_S)
+        again = self._idle_excess(now, self._cpu_now())
+        if again is not None:
+            when = (
+                f"in a second window of {IDLE_RECHECK_WINDOW_S * 1e3:.0f} ms measured at once (after "
+                f"{first.spent_ns / 1e6:.3f} ms in the first) "
+            )
+            raise EvaluationFailure(reasons.BACKGROUND_WORK, again.describe(context, when=when))
+        self._idle_suspect = True
+        self.notes.append(
+            f"background-work check: the runner ({first.whose}) used {first.spent_ns / 1e6:.3f} ms of CPU "
+            f"after replying to {context} (allowed {first.allowed_ns / 1e6:.3f} ms); measured again at once "
+            f"for {IDLE_RECHECK_WINDOW_S * 1e3:.0f} ms it was idle, so that one window is not held against "
+            "the candidate (a window over its allowance after its next call would be)"
+        )
+
+    def _idle_excess(
+        self, then: tuple[int, int, int], now: tuple[int, int, int]
+    ) -> verification.IdleExcess | None:
+        main_now, others_now, total_now = now
+        main_then, others_then, total_then = then
         main, others = main_now - main_then, others_now - others_then
         # a thread that ran and exited inside the window is gone from /proc/<pid>/task: its time shows
         # only in the whole process's coarse figure (two ticks of slack for the rounding of both reads)
         exited = (total_now - total_then) - (main + others) - 2 * observation.TICK_NS
-        check_idle_cpu(max(others, others + exited), self._last_claim_ns, f"`{self._last_op}`", main)
+        return verification.idle_excess(max(others, others + exited), self._last_claim_ns, main)
 
     def _cpu_now(self) -> tuple[int, int, int]:
         main, others = observation.cpu_time_split_ns(self.pid)
