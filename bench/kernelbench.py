@@ -26,6 +26,10 @@ A row holds: whether submission accepted the task (and the refusal if not), the 
 eager / torch.compile / best kernel times as the executor measured them, the roofline floor (bytes and
 flops of one forward, bandwidth and fp32 peak measured at the start of the chunk) and the commit measured.
 
+Each invocation also appends its rate to `<results stem>_throughput.jsonl` and prints it: evaluations per
+hour of its wall time, how busy the GPU was (nvidia-smi sampled, bench/gpu_busy.py), and where the
+executor's time went (its per-candidate log lines, bench/evaluation_log.py).
+
 `report` merges the results file(s) and prints per level: tasks accepted, tasks with a correct kernel,
 fast_1 over eager and over torch.compile (KernelBench's fast_p: the fraction of the level's tasks whose
 kernel is correct and more than p times faster), the geometric mean speedup over eager and over
@@ -318,6 +322,7 @@ def baseline_row(path: Path, task: Any, backend: str, limits: dict[str, float]) 
 
 def run(args: argparse.Namespace) -> None:
     import torch
+    from evaluation_log import breakdown, executor_events
     from gpu_busy import GpuBusy
     from stack_harness import StackRunner, machine_limits
 
@@ -353,7 +358,10 @@ def run(args: argparse.Namespace) -> None:
             search(args, runner, prepared, running, finished, results, started)
     finally:
         runner.close()
-        record_throughput(results, throughput(finished, time.monotonic() - searched, busy, args, commit))
+        wall_s = time.monotonic() - searched
+        record = throughput(finished, wall_s, busy, args, commit)
+        record["executor"] = breakdown(executor_events(runner.stack.state_dir), wall_s)
+        record_throughput(results, record)
 
 
 def search(

@@ -153,6 +153,7 @@ class EvaluateHandler:
             busy_s=round(busy_s, 3),
             runtime_ms=report.runtime_ms,
             phases_ms=report.phases_ms,
+            counters=report.counters,
         )
         if judge_out_of_memory(report) and delivery.deliveries < MEMORY_RETRIES:
             log.warning(
