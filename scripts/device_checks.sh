@@ -14,7 +14,8 @@
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
 # Limits per step come from KF_STEP_LIMIT_<STEP> (seconds; defaults below); the whole call must end inside
 # the device's 600 s per command. KF_KB_BUDGET and KF_KB_PARALLEL set the bench's evaluations per task and runs
-# at once (8 and 4), KF_KB_LEVEL one level. KF_GPU_TESTS_K narrows the GPU tests (pytest -k), KF_AB_ONLY the A/B's tasks.
+# at once (8 and 4), KF_KB_LEVEL one level, KF_KB_ONLY named tasks (stems) within the selection. KF_GPU_TESTS_K narrows
+# the GPU tests (pytest -k), KF_GPU_TESTS_PATHS replaces their paths, KF_AB_ONLY the A/B's tasks.
 set -uo pipefail
 out="${OUT:-/tmp/kf-out}"
 mkdir -p "$out"
@@ -36,7 +37,7 @@ for rung in LADDER:
       ;;
     gpu-tests)
       timeout "${KF_STEP_LIMIT_GPU_TESTS:-260}" python3 -m pytest -q -rfEs -m gpu -p no:cacheprovider \
-        ${KF_GPU_TESTS_K:+-k "$KF_GPU_TESTS_K"} tests/integration/evaluation tests/adversarial/test_cuda_attacks.py \
+        ${KF_GPU_TESTS_K:+-k "$KF_GPU_TESTS_K"} ${KF_GPU_TESTS_PATHS:-tests/integration/evaluation tests/adversarial/test_cuda_attacks.py} \
         2>&1 | tee "$out/gpu_tests.txt"
       ;;
     ab)
@@ -61,7 +62,7 @@ for rung in LADDER:
     kb:* | kbs:*)
       [[ "$step" == kbs:* ]] && select=(--sample "${step#kbs:}") || select=(--chunk "${step#kb:}")
       timeout "${KF_STEP_LIMIT_KB:-540}" python3 bench/kernelbench.py run --backend cuda \
-        --kernelbench .device-carry/kernelbench "${select[@]}" ${KF_KB_LEVEL:+--level "$KF_KB_LEVEL"} --compile --budget "${KF_KB_BUDGET:-8}" \
+        --kernelbench .device-carry/kernelbench "${select[@]}" ${KF_KB_LEVEL:+--level "$KF_KB_LEVEL"} ${KF_KB_ONLY:+--only $KF_KB_ONLY} --compile --budget "${KF_KB_BUDGET:-8}" \
         --parallel-runs "${KF_KB_PARALLEL:-4}" --deadline-s "$(( ${KF_STEP_LIMIT_KB:-540} - 30 ))" \
         --results "$out/kernelbench_cuda.jsonl" 2>&1 | tee -a "$out/kernelbench_cuda.txt"
       ;;

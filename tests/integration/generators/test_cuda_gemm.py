@@ -1,5 +1,7 @@
 """The CUDA GEMM family (cuda_gemm.py) builds with nvcc for sm_90 at every tunable combination, and on a
-GPU matches the reference on awkward shapes (M, N, K not multiples of the tiles, K not a multiple of 4)."""
+GPU matches the reference on awkward shapes (M, N, K not multiples of the tiles, K not a multiple of 4):
+linears with a tail, and matmuls with either operand given transposed, a triangle kept, A of rank 3, a
+tail."""
 
 from __future__ import annotations
 
@@ -28,13 +30,59 @@ AWKWARD = [
 ]
 
 
+# Matmul graphs: `{expr}` of the forward inputs A and B (shapes from A_SHAPE / B_SHAPE over M, K, N).
+_MATMUL = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return {expr}
+
+
+M = 1
+K = 1
+N = 1
+
+
+def get_inputs():
+    return [torch.randn({a}), torch.randn({b})]
+
+
+def get_init_inputs():
+    return []
+"""
+MATMULS = {  # name: (expression, A's shape, B's shape)
+    "nn": ("torch.matmul(A, B)", "M, K", "K, N"),
+    "tn": ("torch.matmul(A.T, B)", "K, M", "K, N"),
+    "nt": ("torch.matmul(A, B.T)", "M, K", "N, K"),
+    "tt": ("A.T @ B.T", "K, M", "N, K"),
+    "triu": ("torch.triu(torch.matmul(A, B))", "M, K", "K, N"),
+    "tril_below": ("torch.tril(A @ B, diagonal=-3)", "M, K", "K, N"),
+    "rank3": ("torch.matmul(A, B)", "3, M, K", "K, N"),
+    "relu_tail": ("torch.relu(A @ B) * 0.5", "M, K", "K, N"),
+    "sum_tail": ("torch.sum(torch.sigmoid(A @ B), dim=1)", "M, K", "K, N"),
+}
+MATMUL_SHAPES = [
+    {"M": 37, "K": 30, "N": 70},  # no float4 runs anywhere, ragged tiles
+    {"M": 132, "K": 36, "N": 136},  # float4 along every operand's contiguous dim
+    {"M": 130, "K": 1, "N": 5},  # one partial k slice
+]
+
+
+def matmul_task(name: str, shape: dict[str, int]) -> Task:
+    expr, a, b = MATMULS[name]
+    return Task(f"matmul_{name}", _MATMUL.format(expr=expr, a=a, b=b), shapes=(ShapeVariant("odd", shape),))
+
+
 def task(name: str, shape: dict[str, int]) -> Task:
     return Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("odd", shape),))
 
 
 def gemm_source(t: Task) -> KernelSource:
     found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16)).candidates
-    (gemm,) = [c for c in found if parse_variant(c.source.code).gemm]
+    (gemm,) = [c for c in found if getattr(parse_variant(c.source.code), "gemm", False)]
     return gemm.source
 
 
@@ -53,6 +101,10 @@ def test_every_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
         source = gemm_source(task(name, AWKWARD[0]))
         declared[name] = {t.name: t.values for t in source.tunables}
         units += [with_params(source, combo) for combo in COMBOS]
+    for name in MATMULS:
+        source = gemm_source(matmul_task(name, MATMUL_SHAPES[0]))
+        declared[name] = {t.name: t.values for t in source.tunables}
+        units += [with_params(source, combo) for combo in (COMBOS[0], COMBOS[-1])]
     for values in declared.values():  # COMBOS is every combination the unit declares
         assert values == {"BM": (64, 128), "BN": (64, 128), "BK": (8, 16)}
     target, cache = BuildTarget("cuda", "sm90"), BuildCache(tmp_path)
@@ -62,19 +114,31 @@ def test_every_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
     assert not failed, failed
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", AWKWARD, ids=lambda s: "x".join(str(v) for v in s.values()))
 @pytest.mark.parametrize("name", GEMM_TASKS)
 def test_gemm_units_are_correct_on_awkward_shapes_at_every_tiling(
     name: str, shape: dict[str, int], tmp_path: Path
 ) -> None:
+    check_on_gpu(task(name, shape), COMBOS, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", MATMUL_SHAPES, ids=lambda s: "x".join(str(v) for v in s.values()))
+@pytest.mark.parametrize("name", list(MATMULS))
+def test_matmul_units_are_correct_on_awkward_shapes(name: str, shape: dict[str, int], tmp_path: Path) -> None:
+    check_on_gpu(matmul_task(name, shape), [COMBOS[0], COMBOS[-1]], tmp_path)
+
+
+def check_on_gpu(t: Task, combos: list[dict[str, int]], tmp_path: Path) -> None:
+    """Every tiling in `combos` of the task's GEMM unit is judged correct by the product's evaluator."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     from kernelfoundry.evaluation import EvaluationRequest, EvaluationSettings, EvaluationWorker
     from kernelfoundry.toolchains import BuildCache, BuildTarget, build
 
-    t = task(name, shape)
-    units = [with_params(gemm_source(t), combo) for combo in COMBOS]
+    units = [with_params(gemm_source(t), combo) for combo in combos]
     target, cache = BuildTarget("cuda", "sm90"), BuildCache(tmp_path)
     settings = EvaluationSettings(measure_torch_compile=False)
     worker = EvaluationWorker("cuda:0")

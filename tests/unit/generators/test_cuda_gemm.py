@@ -208,3 +208,80 @@ def test_retune_and_vectorize_keep_a_gemm_parent_in_the_family() -> None:
     scalar = child(t, gemm, "vectorize")
     variant = parse_variant(scalar.source.code)
     assert variant.gemm and not variant.vectorize and "kf_gemm<1><<<" not in scalar.source.code
+
+
+_MATMUL = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn({a}), torch.randn({b})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def matmul_seeds(expr: str, a: str = "8, 12", b: str = "12, 16") -> list[GeneratedCandidate]:
+    source = _MATMUL.format(expr=expr, a=a, b=b)
+    return cuda_seeds(Task("mm", source, shapes=(ShapeVariant("small", {}),)))
+
+
+@pytest.mark.parametrize(
+    ("expr", "a", "b", "a_kmajor", "b_kmajor", "runs"),
+    [
+        ("torch.matmul(A, B)", "8, 12", "12, 16", 0, 1, "K % 4 == 0 && N % 4 == 0"),
+        ("torch.matmul(A.T, B)", "12, 8", "12, 16", 1, 1, "M % 4 == 0 && N % 4 == 0"),
+        ("A @ B.t()", "8, 12", "16, 12", 0, 0, "K % 4 == 0"),
+        ("A.T @ B.T", "12, 8", "16, 12", 1, 0, "M % 4 == 0 && K % 4 == 0"),
+        ("torch.matmul(A, B)", "2, 8, 12", "12, 16", 0, 1, "K % 4 == 0 && N % 4 == 0"),
+    ],
+)
+def test_a_bare_matmul_leads_with_the_gemm_reading_each_operand_as_it_is_laid_out(
+    expr: str, a: str, b: str, a_kmajor: int, b_kmajor: int, runs: str
+) -> None:
+    seeds = matmul_seeds(expr, a, b)
+    first = seeds[0]
+    assert getattr(parse_variant(first.source.code), "gemm", False)  # before the one-thread-a-row op kernel
+    code = first.source.code
+    assert not first.source.glue  # A and B go to the unit as given: no copy, no cuBLAS
+    assert f"#define KF_A_KMAJOR {a_kmajor}" in code and f"#define KF_B_KMAJOR {b_kmajor}" in code
+    assert "#define KF_TILE_NEEDED 1" in code
+    assert f"const int vec = {runs} && ((uintptr_t)X) % 16 == 0" in code
+    assert "v[j] = acc[i][j];" in code and "(void)bias;" in code
+    # the output keeps A's leading dims: (2, 8, 16) is M = 16 rows of N
+    assert "kf_prod(&so, 0, so.nd - 1) != M || so.d[so.nd - 1] != N" in code
+
+
+@pytest.mark.parametrize(
+    ("expr", "needed", "value"),
+    [
+        ("torch.triu(torch.matmul(A, B))", "(n0 + BN - 1 - m0 >= 0)", "- r >= 0 ? acc[i][j] : 0.0f"),
+        ("torch.tril(A @ B, diagonal=-2)", "(n0 - (m0 + BM - 1) <= -2)", "- r <= -2 ? acc[i][j] : 0.0f"),
+    ],
+)
+def test_a_kept_triangle_zeroes_the_rest_and_skips_the_k_loop_of_tiles_wholly_outside(
+    expr: str, needed: str, value: str
+) -> None:
+    code = matmul_seeds(expr, "8, 12", "12, 8")[0].source.code
+    assert f"#define KF_TILE_NEEDED {needed}" in code
+    assert "const int slices = KF_TILE_NEEDED ? (K + BK - 1) / BK : 0;" in code
+    assert value in code
+
+
+def test_a_matmul_with_a_tail_keeps_cublas_first_and_offers_the_fused_gemm() -> None:
+    seeds = matmul_seeds("torch.relu(A @ B) * 0.5")
+    gemm = [i for i, c in enumerate(seeds) if getattr(parse_variant(c.source.code), "gemm", False)]
+    assert gemm and gemm[0] > 0
+    assert seeds[0].source.glue  # the fused seed: torch's matmul, the tail in one generated pass
+    code = seeds[gemm[0]].source.code
+    assert not seeds[gemm[0]].source.glue
+    epilogue = code[code.index("float v[KF_TN];") :]
+    assert "const float v_relu = kf_max(y, 0.0f);" in epilogue and "(v_relu * 0.5f)" in epilogue

@@ -58,7 +58,9 @@ def descriptors_for(
         plan = cuda_gemm_plan(graph)
         assert plan is not None
         return Descriptors(
-            memory=3, algorithm=algorithm, parallelism=3 if plan.step.kind == "reduction" else 1
+            memory=3,
+            algorithm=algorithm,
+            parallelism=3 if plan.step is not None and plan.step.kind == "reduction" else 1,
         )
     if backend == "cpu":
         parts = partition(graph, variant.fuse)

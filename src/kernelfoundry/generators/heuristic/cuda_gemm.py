@@ -1,35 +1,40 @@
-"""CUDA tiled SGEMM with a fused epilogue: `nn.Linear` + its tail in one kernel, no glue.
+"""CUDA tiled SGEMM with a fused epilogue: `nn.Linear` + its tail, or a matmul, in one kernel, no glue.
 
 The CUDA counterpart of cpu_gemm.py, for the graphs `gemm_plan` accepts whose tail is a pointwise chain
-over the linear's output or a pointwise chain followed by a sum / mean over the features (softmax and
-log-softmax tails keep cuBLAS + the fused row kernel; max / min tails are refused too: a float atomic
-max needs a CAS loop and an output filled with -inf first, and no task needs one).
+over the product or a pointwise chain followed by a sum / mean over the features, and for a bare matmul
+`A @ B` (torch.matmul, torch.mm, `@`; either operand given transposed, A's leading dims its rows) alone
+or keeping one triangle (torch.triu / tril). Softmax and log-softmax tails keep cuBLAS + the fused row
+kernel; max / min tails are refused too: a float atomic max needs a CAS loop and an output filled with
+-inf first, and no task needs one.
 
-y = x W^T + b, both x (M, K) and W (N, K) K-contiguous ("NT"), fp32 FMAs only (no TF32, no tensor
-cores). A classic SIMT SGEMM:
+y = x W^T + b with x (M, K) and W (N, K) K-contiguous ("NT"); a matmul reads A as (M, K) or, given
+transposed, (K, M), and B as (K, N) or, given transposed, (N, K) (KF_A_KMAJOR / KF_B_KMAJOR: a k-major
+operand's tile loads run along its rows and land in shared memory untransposed). fp32 FMAs only (no
+TF32, no tensor cores). A classic SIMT SGEMM:
 - one block of 256 threads per BM x BN output tile (a 16 x 16 thread grid), each thread a register
   tile of KF_TM x KF_TN = (BM / 16) x (BN / 16) accumulators (`float acc[KF_TM][KF_TN]`, 8 x 8 at the
   defaults); a thread's rows are runs of 4 rows 64 apart (likewise its columns), so the inner loop
   reads float4s of the shared tiles without bank conflicts and the stores of a warp cover whole rows;
-- K is walked in BK slices; the x and W tiles of a slice are loaded (float4 when K % 4 == 0 and both
-  pointers are 16-byte aligned, checked on the host: the `kf_gemm<1>` instance, else the scalar-load
-  `kf_gemm<0>`) and stored transposed into shared memory as As[BK][BM + 4] / Bs[BK][BN + 4] (the pad
-  spreads the transposing stores over the banks: conflict-free at BK = 8, two-way at 16), double
-  buffered: the next slice is loaded into registers while the current one is multiplied, one barrier
-  per slice;
+- K is walked in BK slices; the two tiles of a slice are loaded (float4 where every operand's
+  contiguous dim is a multiple of 4 and both pointers are 16-byte aligned, checked on the host: the
+  `kf_gemm<1>` instance, else the scalar-load `kf_gemm<0>`) and stored k-major into shared memory as
+  As[BK][BM + 4] / Bs[BK][BN + 4] (the pad spreads the transposing stores of K-contiguous operands over
+  the banks: conflict-free at BK = 8, two-way at 16), double buffered: the next slice is loaded into
+  registers while the current one is multiplied, one barrier per slice;
 - any M, N, K: out-of-range rows / columns / k load as 0, stores are guarded;
-- epilogue on the accumulators: bias, then the tail per element, stored once (float4 stores where the
-  output rows allow); a sum / mean tail reduces the thread's columns, then the 16 threads of a row
-  (half a warp) by shuffles, and adds the block's partial into out[row] with atomicAdd (the output is
-  zeroed on the stream first; a mean scales each partial by 1 / N).
+- epilogue on the accumulators: bias, then the tail per element (or the kept triangle: a block whose
+  tile the triangle zeroes skips its K loop), stored once (float4 stores where the output rows allow); a
+  sum / mean tail reduces the thread's columns, then the 16 threads of a row (half a warp) by shuffles,
+  and adds the block's partial into out[row] with atomicAdd (the output is zeroed on the stream first;
+  a mean scales each partial by 1 / N).
 
 Tunables: BM, BN (64 or 128: the block tile, so the register tile is 4 or 8 rows / columns) and BK (8 or
-16: the K slice per barrier). Compiled for sm_90 but not yet timed on a GPU. Pure string building.
+16: the K slice per barrier). Pure string building.
 """
 
 from __future__ import annotations
 
-from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan, linear_operands
+from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan, linear_operands, matmul_operands
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -74,55 +79,80 @@ __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const flo
     #pragma unroll
     for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
   }
+  /* tile element e of an operand of R rows: row r, k offset kk. k-contiguous operands (x (M, K), W
+     (N, K)) run along k, k-major ones (A given (K, M), B given (K, N)) along the rows */
+  auto at = [](int e, int rows, int kmajor, int& r, int& kk) {
+    if (kmajor) {
+      kk = e / (rows / F);
+      r = (e % (rows / F)) * F;
+    } else {
+      r = e / KU;
+      kk = (e % KU) * F;
+    }
+  };
   /* global -> registers: slice [k0, k0 + BK) of the block's rows of x and W, zeros out of range */
   auto load = [&](int k0) {
     #pragma unroll
     for (int l = 0; l < LA; ++l) {
-      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      int r, kk;
+      const int e = tid + l * 256;
+      at(e, BM, KF_A_KMAJOR, r, kk);
       const int gm = m0 + r, gk = k0 + kk;
       const bool ok = e < AU && gm < M && gk < K;
+      const float* src = KF_A_KMAJOR ? X + (int64_t)gk * M + gm : X + (int64_t)gm * K + gk;
       if constexpr (VEC) {
-        const float4 v = ok ? *reinterpret_cast<const float4*>(X + (int64_t)gm * K + gk)
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
       } else {
-        ra[l][0] = ok ? X[(int64_t)gm * K + gk] : 0.0f;
+        ra[l][0] = ok ? *src : 0.0f;
       }
     }
     #pragma unroll
     for (int l = 0; l < LB; ++l) {
-      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      int r, kk;
+      const int e = tid + l * 256;
+      at(e, BN, KF_B_KMAJOR, r, kk);
       const int gn = n0 + r, gk = k0 + kk;
       const bool ok = e < BU && gn < N && gk < K;
+      const float* src = KF_B_KMAJOR ? W + (int64_t)gk * N + gn : W + (int64_t)gn * K + gk;
       if constexpr (VEC) {
-        const float4 v = ok ? *reinterpret_cast<const float4*>(W + (int64_t)gn * K + gk)
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
       } else {
-        rb[l][0] = ok ? W[(int64_t)gn * K + gk] : 0.0f;
+        rb[l][0] = ok ? *src : 0.0f;
       }
     }
   };
-  /* registers -> shared buffer `b`, transposed to k-major ([k][row]) */
+  /* registers -> shared buffer `b`, k-major ([k][row]): k-contiguous operands are transposed here */
   auto store = [&](int b) {
     #pragma unroll
     for (int l = 0; l < LA; ++l) {
-      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      int r, kk;
+      const int e = tid + l * 256;
+      at(e, BM, KF_A_KMAJOR, r, kk);
       if (e < AU) {
         #pragma unroll
-        for (int u = 0; u < F; ++u) As[b][kk + u][r] = ra[l][u];
+        for (int u = 0; u < F; ++u) {
+          if (KF_A_KMAJOR) As[b][kk][r + u] = ra[l][u];
+          else As[b][kk + u][r] = ra[l][u];
+        }
       }
     }
     #pragma unroll
     for (int l = 0; l < LB; ++l) {
-      const int e = tid + l * 256, r = e / KU, kk = (e % KU) * F;
+      int r, kk;
+      const int e = tid + l * 256;
+      at(e, BN, KF_B_KMAJOR, r, kk);
       if (e < BU) {
         #pragma unroll
-        for (int u = 0; u < F; ++u) Bs[b][kk + u][r] = rb[l][u];
+        for (int u = 0; u < F; ++u) {
+          if (KF_B_KMAJOR) Bs[b][kk][r + u] = rb[l][u];
+          else Bs[b][kk + u][r] = rb[l][u];
+        }
       }
     }
   };
-  const int slices = (K + BK - 1) / BK;
+  const int slices = KF_TILE_NEEDED ? (K + BK - 1) / BK : 0;  /* a tile the triangle zeroes skips K */
   if (slices > 0) {
     load(0);
     store(0);
@@ -157,11 +187,15 @@ __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const flo
 
 
 def cuda_gemm_plan(graph: Graph) -> GemmPlan | None:
-    """The plan when the CUDA GEMM family applies: a pointwise tail, or a pointwise chain and a sum /
-    mean over the features; None otherwise (softmax, log-softmax, max, min, or no linear)."""
+    """The plan when the CUDA GEMM family applies: a linear with a pointwise tail, or a pointwise chain
+    and a sum / mean over the features; a matmul `A @ B` (either operand given transposed, A's leading
+    dims its rows) alone, keeping one triangle, or with such a tail. None otherwise (softmax,
+    log-softmax, max and min tails; no linear or matmul)."""
     plan = gemm_plan(graph)
-    if plan is None or plan.matmul or plan.step is None:  # a matmul stays in cuBLAS, through torch
+    if plan is None:
         return None
+    if plan.step is None:
+        return plan if plan.matmul else None
     if plan.step.kind == "pointwise":
         return plan
     if plan.step.kind == "reduction" and plan.step.root.op in _CUDA_REDUCTIONS:
@@ -194,19 +228,22 @@ def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
         w("  }")
     else:
         w("  (void)bias;")
-    if step.kind != "pointwise":
+    if step is not None and step.kind != "pointwise":
         w("  (void)vec_out;")
     w("  #pragma unroll")
     w("  for (int i = 0; i < KF_TM; ++i) {")
     w("    const int r = m0 + (i >> 2) * 64 + ty * 4 + (i & 3);")
-    if step.kind == "pointwise":
-        body, val = emit(graph, step, Ref(step.root.name), load, indent="      ")
+    if step is None or step.kind == "pointwise":
         w("    float v[KF_TN];")
         w("    #pragma unroll")
         w("    for (int j = 0; j < KF_TN; ++j) {")
-        w(f"      const float y = acc[i][j]{bias};")
-        out.extend(body)
-        w(f"      v[j] = {val};")
+        if step is None:
+            w("      v[j] = acc[i][j];" if not plan.triangle else f"      v[j] = {_triangle_value(plan)};")
+        else:
+            body, val = emit(graph, step, Ref(step.root.name), load, indent="      ")
+            w(f"      const float y = acc[i][j]{bias};")
+            out.extend(body)
+            w(f"      v[j] = {val};")
         w("    }")
         w("    if (r < M) {")
         w("      float* __restrict__ orow = out + (int64_t)r * N;")
@@ -245,26 +282,62 @@ def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
     return out
 
 
+def _triangle_value(plan: GemmPlan) -> str:
+    """Accumulator (i, j) where the kept triangle holds it, else 0 (torch.triu / tril's diagonal)."""
+    keep = ">=" if plan.triangle == "triu" else "<="
+    column = "(n0 + (j >> 2) * 64 + tx * 4 + (j & 3))"
+    return f"{column} - r {keep} {plan.diagonal} ? acc[i][j] : 0.0f"
+
+
+def _tile_needed(plan: GemmPlan) -> str:
+    """The kernel's test whether its block tile holds any kept element (a triangle zeroes whole tiles:
+    they skip the K loop and store zeros)."""
+    if plan.triangle == "triu":  # kept where c - r >= d: the tile's largest c - r
+        return f"(n0 + BN - 1 - m0 >= {plan.diagonal})"
+    if plan.triangle == "tril":  # kept where c - r <= d: the tile's smallest c - r
+        return f"(n0 - (m0 + BM - 1) <= {plan.diagonal})"
+    return "1"
+
+
+def _operands(plan: GemmPlan) -> list[str]:
+    """Entry-point lines that check the operands and name X (A or x), W (B or the weight), B (the bias
+    or null), M, N, K."""
+    if not plan.matmul:
+        return linear_operands(plan, "const float*", "B", "nullptr")
+    lines = matmul_operands(plan)
+    if plan.x_transposed:
+        lines.append("  const float* __restrict X = XT;  /* (K, M): read k-major by the tile loads */")
+    lines.append("  const float* B = nullptr;")
+    return lines
+
+
 def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[str]) -> str:
     """The whole .cu unit: tunables, prelude, the GEMM kernel with its epilogue, `kf_forward`."""
     lines = [*header, variant.line(), *CUDA_GEMM_TUNABLES]
     for name, value in _DEFAULTS.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
-    lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()", _KERNEL_HEAD.rstrip("\n")]
+    lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
+    lines += [
+        f"#define KF_A_KMAJOR {int(plan.x_transposed)}  /* A given as (K, M) */",
+        f"#define KF_B_KMAJOR {int(plan.matmul and not plan.weight_nk)}  /* B given as (K, N) */",
+        f"#define KF_TILE_NEEDED {_tile_needed(plan)}",
+        _KERNEL_HEAD.rstrip("\n"),
+    ]
     lines += _epilogue(graph, plan)
     lines.append("")
-    reduce = plan.step.kind == "reduction"
+    reduce = plan.step is not None and plan.step.kind == "reduction"
     vec = variant.vectorize
     w = lines.append
     w("KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
     w("                         int32_t n_outputs, void* stream) {")
     w("  cudaStream_t st = (cudaStream_t)stream;")
-    lines += linear_operands(plan, "const float*", "B", "nullptr")
+    lines += _operands(plan)
     w("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so)) return KF_ERR_BAD_ARGUMENTS;")
     if reduce:
         w("  if (kf_prod(&so, 0, so.nd) != M || so.nd < 1 || so.d[0] != M) return KF_ERR_BAD_ARGUMENTS;")
-    else:
-        w("  if (so.nd != 2 || so.d[0] != M || so.d[1] != N) return KF_ERR_BAD_ARGUMENTS;")
+    else:  # a matmul's output keeps A's leading dims
+        w("  if (so.nd < 2 || kf_prod(&so, 0, so.nd - 1) != M || so.d[so.nd - 1] != N)")
+        w("    return KF_ERR_BAD_ARGUMENTS;")
     w("  float* O = KF_DATA(float, &outputs[0]);")
     w("  if (M >= ((int64_t)1 << 31) || N >= ((int64_t)1 << 31) || K >= ((int64_t)1 << 31))")
     w("    return KF_ERR_UNSUPPORTED;")
@@ -278,7 +351,10 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
     w("  const dim3 grid((unsigned)ntiles, (unsigned)mtiles);")
     args = "((int)M, (int)N, (int)K, X, W, B, O, vec_out)"
     if vec:
-        w("  const int vec = K % 4 == 0 && ((uintptr_t)X) % 16 == 0 && ((uintptr_t)W) % 16 == 0;")
+        along_a = "M" if plan.x_transposed else "K"
+        along_b = "N" if plan.matmul and not plan.weight_nk else "K"
+        runs = f"{along_a} % 4 == 0" if along_a == along_b else f"{along_a} % 4 == 0 && {along_b} % 4 == 0"
+        w(f"  const int vec = {runs} && ((uintptr_t)X) % 16 == 0 && ((uintptr_t)W) % 16 == 0;")
         if reduce:
             w("  const int vec_out = 0;")
         else:

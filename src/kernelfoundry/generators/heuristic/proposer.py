@@ -33,7 +33,7 @@ from kernelfoundry.generators.base import (
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
-from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies
+from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.layout import channels_last_source
@@ -130,9 +130,14 @@ def cuda_seeds(
     seeds.append(fused)
     if fold_affine_tails(graph)[1]:
         seeds.append(folded)
-    if cuda_gemm_applies(graph):
+    gemm = cuda_gemm_plan(graph)
+    if gemm is not None and gemm.matmul and gemm.step is None:
+        # a bare matmul (or one triangle of it): the generic op kernel is one thread per output row
+        seeds.insert(0, (Variant(gemm=True), "matmul as a tiled SGEMM (shared + register tiles)"))
+    elif gemm is not None:
+        what = "matmul" if gemm.matmul else "linear"
         seeds.append(
-            (Variant(gemm=True), "linear as a tiled SGEMM (shared + register tiles), tail as its epilogue")
+            (Variant(gemm=True), f"{what} as a tiled SGEMM (shared + register tiles), tail as its epilogue")
         )
     if has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
