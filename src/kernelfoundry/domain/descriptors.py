@@ -174,12 +174,26 @@ class Classification:
 _COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
 
 
+_ASM_OPEN = re.compile(r"\basm\s*(?:volatile\s*|__volatile__\s*)?\(\s*$")
+
+
 def strip_comments(code: str) -> str:
-    """The code without comments and string/char literals (newlines kept so lines still line up)."""
+    """The code without comments and string/char literals (newlines kept so lines still line up). The
+    instruction template of an inline `asm(...)` (its first string literals, adjacent ones joined) is
+    code and stays, without its quotes."""
+    kept_until = -1
 
     def blank(m: re.Match[str]) -> str:
+        nonlocal kept_until
         text = m.group(0)
-        return "\n" * text.count("\n") if text.startswith(("//", "/*")) else '""'
+        if text.startswith(("//", "/*")):
+            return "\n" * text.count("\n")
+        start = m.start()
+        continued = kept_until >= 0 and not code[kept_until:start].strip()
+        if text.startswith('"') and (continued or _ASM_OPEN.search(code, max(0, start - 40), start)):
+            kept_until = m.end()
+            return " " + text[1:-1] + " "
+        return '""'
 
     return _COMMENT_OR_STRING.sub(blank, code)
 
@@ -288,6 +302,12 @@ _RULES: tuple[tuple[str, int, str, re.Pattern[str]], ...] = (
         _rule(
             r"\b(?:__ballot_sync|__any_sync|__all_sync|__reduce_\w+_sync|__match_\w+_sync|__syncwarp)\s*\("
         ),
+    ),
+    (
+        "parallelism",
+        2,
+        "warp-wide matrix multiply-accumulate (mma.sync / wmma)",
+        _rule(r"\bmma\.sync\.aligned\b|\bwmma::mma_sync\s*\("),
     ),
     (
         "parallelism",

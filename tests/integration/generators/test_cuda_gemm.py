@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 GEMM_TASKS = ("level2_gemm_scale_gelu", "level2_gemm_sigmoid_sum")
 COMBOS = [{"BM": bm, "BN": bn, "BK": bk} for bm, bn, bk in itertools.product((64, 128), (64, 128), (8, 16))]
+TC_COMBOS = [{"BK": bk, "KF_MIN_BLOCKS": b} for bk, b in itertools.product((8, 16), (1, 2))]
 AWKWARD = [
     {"batch_size": 37, "in_features": 30, "out_features": 70},  # K % 4 != 0: scalar loads, ragged tiles
     {"batch_size": 130, "in_features": 36, "out_features": 132},  # float4 loads and stores, 2 x 2+ tiles
@@ -80,9 +81,11 @@ def task(name: str, shape: dict[str, int]) -> Task:
     return Task(name, (TASKS / f"{name}.py").read_text(), shapes=(ShapeVariant("odd", shape),))
 
 
-def gemm_source(t: Task) -> KernelSource:
+def gemm_source(t: Task, tensor_cores: bool = False) -> KernelSource:
+    """The task's SIMT GEMM unit, or its 3xTF32 tensor-core unit."""
     found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16)).candidates
-    (gemm,) = [c for c in found if getattr(parse_variant(c.source.code), "gemm", False)]
+    variants = [(c, parse_variant(c.source.code)) for c in found]
+    (gemm,) = [c for c, v in variants if v is not None and v.gemm and v.tensor_cores == tensor_cores]
     return gemm.source
 
 
@@ -107,6 +110,12 @@ def test_every_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
         units += [with_params(source, combo) for combo in (COMBOS[0], COMBOS[-1])]
     for values in declared.values():  # COMBOS is every combination the unit declares
         assert values == {"BM": (64, 128), "BN": (64, 128), "BK": (8, 16)}
+    for name in GEMM_TASKS:
+        source = gemm_source(task(name, AWKWARD[0]), tensor_cores=True)
+        assert {t.name: t.values for t in source.tunables} == {"BK": (8, 16), "KF_MIN_BLOCKS": (1, 2)}
+        units += [with_params(source, combo) for combo in TC_COMBOS]
+    for name in MATMULS:
+        units.append(with_params(gemm_source(matmul_task(name, MATMUL_SHAPES[0]), tensor_cores=True), {}))
     target, cache = BuildTarget("cuda", "sm90"), BuildCache(tmp_path)
     with ThreadPoolExecutor(4) as pool:
         built = list(pool.map(lambda s: build(s, target, cache), units))
@@ -121,6 +130,7 @@ def test_gemm_units_are_correct_on_awkward_shapes_at_every_tiling(
     name: str, shape: dict[str, int], tmp_path: Path
 ) -> None:
     check_on_gpu(task(name, shape), COMBOS, tmp_path)
+    check_on_gpu(task(name, shape), TC_COMBOS, tmp_path, tensor_cores=True)
 
 
 @pytest.mark.gpu
@@ -128,17 +138,19 @@ def test_gemm_units_are_correct_on_awkward_shapes_at_every_tiling(
 @pytest.mark.parametrize("name", list(MATMULS))
 def test_matmul_units_are_correct_on_awkward_shapes(name: str, shape: dict[str, int], tmp_path: Path) -> None:
     check_on_gpu(matmul_task(name, shape), [COMBOS[0], COMBOS[-1]], tmp_path)
+    check_on_gpu(matmul_task(name, shape), [{}], tmp_path, tensor_cores=True)
 
 
-def check_on_gpu(t: Task, combos: list[dict[str, int]], tmp_path: Path) -> None:
-    """Every tiling in `combos` of the task's GEMM unit is judged correct by the product's evaluator."""
+def check_on_gpu(t: Task, combos: list[dict[str, int]], tmp_path: Path, tensor_cores: bool = False) -> None:
+    """Every tiling in `combos` of the task's GEMM unit (SIMT, or 3xTF32 on tensor cores) is judged
+    correct by the product's evaluator, at KernelBench's float32 tolerance."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     from kernelfoundry.evaluation import EvaluationRequest, EvaluationSettings, EvaluationWorker
     from kernelfoundry.toolchains import BuildCache, BuildTarget, build
 
-    units = [with_params(gemm_source(t), combo) for combo in combos]
+    units = [with_params(gemm_source(t, tensor_cores), combo) for combo in combos]
     target, cache = BuildTarget("cuda", "sm90"), BuildCache(tmp_path)
     settings = EvaluationSettings(measure_torch_compile=False)
     worker = EvaluationWorker("cuda:0")

@@ -81,6 +81,19 @@ def test_warp_shuffles_and_online_softmax_are_detected():
     assert any(e.startswith("algorithm 1: fuses") for e in result.evidence)
 
 
+def test_warp_wide_mma_is_warp_level_parallelism():
+    for call in (
+        'asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "\n "{%0}, {%1};" : "+f"(c) : "r"(a));',
+        "wmma::mma_sync(c, a, b, c);",
+    ):
+        code = TILED_MATMUL.replace("acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];", call)
+        assert classify(cuda(code), reference_op_count=1).descriptors.parallelism == 2, call
+    assert classify(cuda(TILED_MATMUL), reference_op_count=1).descriptors.parallelism == 1
+    # only an asm statement's template is code: the same words in any other string or comment are not
+    quoted = TILED_MATMUL.replace("C[0] = acc;", 'printf("mma.sync.aligned"); /* wmma::mma_sync( */')
+    assert classify(cuda(quoted), reference_op_count=1).descriptors.parallelism == 1
+
+
 def test_atomics_are_global_coordination_and_float4_is_vectorized():
     result = classify(cuda(ATOMIC_SUM), reference_op_count=1)
     assert result.descriptors == Descriptors(1, 0, 3)

@@ -69,8 +69,8 @@ def cuda_seeds(t: Task) -> list[GeneratedCandidate]:
 def gemm_seed(name: str) -> tuple[Task, GeneratedCandidate]:
     t = task(name)
     found = [c for c in cuda_seeds(t) if parse_variant(c.source.code).gemm]
-    assert len(found) == 1, name
-    return t, found[0]
+    assert [parse_variant(c.source.code).tensor_cores for c in found] == [False, True], name
+    return t, found[0]  # the SIMT kernel; the tensor-core one follows it
 
 
 def child(t: Task, parent: GeneratedCandidate, mutation: str, seed: int = 0) -> GeneratedCandidate:
@@ -150,7 +150,8 @@ def test_the_sum_tail_zeroes_the_output_on_the_stream_then_adds_row_partials_ato
     assert seed.strategy.parallelism == 3
     memset = code.index("cudaMemsetAsync(O, 0, sizeof(float) * (size_t)M, st)")
     assert memset < code.index("kf_gemm<1><<<") and memset < code.index("kf_gemm<0><<<")
-    assert "__shfl_xor_sync(0xffffffffu, part, o)" in code  # the 16 threads of a row: half a warp
+    for lane in (8, 4, 2, 1):  # the 16 threads of a row: half a warp
+        assert f"part += __shfl_xor_sync(0xffffffffu, part, {lane});" in code
     assert "atomicAdd(&out[r], part)" in code
     assert "part += c < N ? v_sigmoid : 0.0f;" in code  # columns past N add nothing
 
@@ -285,3 +286,40 @@ def test_a_matmul_with_a_tail_keeps_cublas_first_and_offers_the_fused_gemm() -> 
     assert not seeds[gemm[0]].source.glue
     epilogue = code[code.index("float v[KF_TN];") :]
     assert "const float v_relu = kf_max(y, 0.0f);" in epilogue and "(v_relu * 0.5f)" in epilogue
+
+
+def test_the_tensor_core_seed_follows_the_simt_one_with_3xtf32_mmas_and_its_own_layout() -> None:
+    t = task("level2_gemm_sigmoid_sum")
+    found = [c for c in cuda_seeds(t) if parse_variant(c.source.code).gemm]
+    simt, tc = found
+    code = tc.source.code
+    assert parse_variant(code).tensor_cores and not tc.source.glue
+    assert {x.name: x.values for x in tc.source.tunables} == {"BK": (8, 16), "KF_MIN_BLOCKS": (1, 2)}
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in code
+    assert code.count("cvt.rna.tf32.f32") == 2  # big, then the rounding of what remains
+    loop = code[code.index("for (int k8 = 0; k8 < BK; k8 += 8)") :]
+    # three MMAs per product, the small terms first
+    assert loop.index("kf_mma(c0, c1, c2, c3, al, bh") < loop.index("kf_mma(c0, c1, c2, c3, ah, bl")
+    assert loop.index("kf_mma(c0, c1, c2, c3, ah, bl") < loop.index("kf_mma(c0, c1, c2, c3, ah, bh")
+    assert "float As[2][BK][BM + KF_PAD]" in code and "#define KF_PAD 8" in code
+    # the epilogue reads the MMA accumulator layout: rows g and g + 8 of each m16 tile, column pairs
+    assert "const int r = m0 + wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + g;" in code
+    assert "part += __shfl_xor_sync(0xffffffffu, part, 1);" in code
+    assert "part += __shfl_xor_sync(0xffffffffu, part, 2);" in code
+    assert "if (tig == 0 && r < M) atomicAdd(&out[r], part);" in code
+    assert "mma.sync" not in simt.source.code and "kf_mma" not in simt.source.code
+    assert (simt.strategy.parallelism, tc.strategy.parallelism) == (3, 3)  # both add row partials
+
+
+def test_a_tensor_core_unit_stores_its_column_pairs_as_float2() -> None:
+    code = matmul_seeds("torch.matmul(A, B)")[1].source.code
+    assert parse_variant(code).tensor_cores
+    assert "*reinterpret_cast<float2*>(orow + c) = make_float2(v[q * 2], v[q * 2 + 1]);" in code
+    assert "const int c = n0 + wn * 32 + q * 8 + tig * 2;" in code
+
+
+def test_fusion_hands_a_tensor_core_parent_back_to_torch_without_the_flag() -> None:
+    t = task("level2_gemm_scale_gelu")
+    tc = next(c for c in cuda_seeds(t) if getattr(parse_variant(c.source.code), "tensor_cores", False))
+    back = parse_variant(child(t, tc, "fusion").source.code)
+    assert back is not None and not back.gemm and not back.tensor_cores

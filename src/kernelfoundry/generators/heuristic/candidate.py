@@ -60,7 +60,9 @@ def descriptors_for(
         return Descriptors(
             memory=3,
             algorithm=algorithm,
-            parallelism=3 if plan.step is not None and plan.step.kind == "reduction" else 1,
+            parallelism=3
+            if plan.step is not None and plan.step.kind == "reduction"
+            else (2 if variant.tensor_cores else 1),  # warp-wide MMAs
         )
     if backend == "cpu":
         parts = partition(graph, variant.fuse)

@@ -34,7 +34,10 @@ Tunables: BM, BN (64 or 128: the block tile, so the register tile is 4 or 8 rows
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan, linear_operands, matmul_operands
+from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_DEFAULTS, TC_LOOP, TC_OPEN, TC_TUNABLES
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -49,7 +52,37 @@ CUDA_GEMM_TUNABLES = (
 _DEFAULTS = {"BM": 128, "BN": 128, "BK": 8}
 _CUDA_REDUCTIONS = ("sum", "mean")
 
-_KERNEL_HEAD = r"""
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a kernel's accumulators sit in the output tile, for the shared epilogue."""
+
+    row: str  # the output row of accumulator row i
+    col: str  # the output column of accumulator column j
+    run: int  # consecutive columns a thread holds: one float4 / float2 store
+    run_col: str  # the first column of the thread's q-th run
+    row_lanes: tuple[int, ...]  # shuffle offsets that join the lanes sharing a row
+    leader: str  # the lane that adds a row's partial
+
+
+_SIMT = _Layout(
+    row="m0 + (i >> 2) * 64 + ty * 4 + (i & 3)",
+    col="n0 + (j >> 2) * 64 + tx * 4 + (j & 3)",
+    run=4,
+    run_col="n0 + q * 64 + tx * 4",
+    row_lanes=(8, 4, 2, 1),  # the 16 threads of a row are one half of a warp
+    leader="tx == 0",
+)
+_TC = _Layout(
+    row="m0 + wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + g",
+    col="n0 + wn * 32 + (j >> 1) * 8 + tig * 2 + (j & 1)",
+    run=2,
+    run_col="n0 + wn * 32 + q * 8 + tig * 2",
+    row_lanes=(1, 2),  # the 4 threads of an MMA group share its rows
+    leader="tig == 0",
+)
+
+_SIMT_OPEN = r"""
 static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
 static_assert(BN == 64 || BN == 128, "BN must be 64 or 128");
 static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
@@ -79,6 +112,10 @@ __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const flo
     #pragma unroll
     for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
   }
+"""
+
+# The tile loads, shared by both kernels: global -> registers -> k-major shared tiles, double buffered.
+_TILE_IO = r"""
   /* tile element e of an operand of R rows: row r, k offset kk. k-contiguous operands (x (M, K), W
      (N, K)) run along k, k-major ones (A given (K, M), B given (K, N)) along the rows */
   auto at = [](int e, int rows, int kmajor, int& r, int& kk) {
@@ -158,6 +195,9 @@ __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const flo
     store(0);
   }
   __syncthreads();
+"""
+
+_SIMT_LOOP = r"""
   for (int s = 0; s < slices; ++s) {
     const int cur = s & 1;
     if (s + 1 < slices) load((s + 1) * BK);  /* in flight while this slice is multiplied */
@@ -207,7 +247,7 @@ def cuda_gemm_applies(graph: Graph) -> bool:
     return cuda_gemm_plan(graph) is not None
 
 
-def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
+def _epilogue(graph: Graph, plan: GemmPlan, at: _Layout) -> list[str]:
     """The end of the kernel: bias, the tail per accumulator, the stores (or the row partials)."""
     step = plan.step
     lin = plan.linear.name
@@ -223,7 +263,7 @@ def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
         w("  float bz[KF_TN];")
         w("  #pragma unroll")
         w("  for (int j = 0; j < KF_TN; ++j) {")
-        w("    const int c = n0 + (j >> 2) * 64 + tx * 4 + (j & 3);")
+        w(f"    const int c = {at.col};")
         w("    bz[j] = c < N ? bias[c] : 0.0f;")
         w("  }")
     else:
@@ -232,13 +272,17 @@ def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
         w("  (void)vec_out;")
     w("  #pragma unroll")
     w("  for (int i = 0; i < KF_TM; ++i) {")
-    w("    const int r = m0 + (i >> 2) * 64 + ty * 4 + (i & 3);")
+    w(f"    const int r = {at.row};")
     if step is None or step.kind == "pointwise":
         w("    float v[KF_TN];")
         w("    #pragma unroll")
         w("    for (int j = 0; j < KF_TN; ++j) {")
         if step is None:
-            w("      v[j] = acc[i][j];" if not plan.triangle else f"      v[j] = {_triangle_value(plan)};")
+            w(
+                "      v[j] = acc[i][j];"
+                if not plan.triangle
+                else f"      v[j] = {_triangle_value(plan, at)};"
+            )
         else:
             body, val = emit(graph, step, Ref(step.root.name), load, indent="      ")
             w(f"      const float y = acc[i][j]{bias};")
@@ -248,15 +292,19 @@ def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
         w("    if (r < M) {")
         w("      float* __restrict__ orow = out + (int64_t)r * N;")
         w("      #pragma unroll")
-        w("      for (int q = 0; q < KF_TN / 4; ++q) {")
-        w("        const int c = n0 + q * 64 + tx * 4;")
-        w("        if (vec_out && c < N) {  /* N % 4 == 0: the whole run of 4 is in range */")
-        w("          *reinterpret_cast<float4*>(orow + c) =")
-        w("              make_float4(v[q * 4], v[q * 4 + 1], v[q * 4 + 2], v[q * 4 + 3]);")
+        n = at.run
+        w(f"      for (int q = 0; q < KF_TN / {n}; ++q) {{")
+        w(f"        const int c = {at.run_col};")
+        w(f"        if (vec_out && c < N) {{  /* N % 4 == 0: the whole run of {n} is in range */")
+        if n == 4:
+            w("          *reinterpret_cast<float4*>(orow + c) =")
+            w("              make_float4(v[q * 4], v[q * 4 + 1], v[q * 4 + 2], v[q * 4 + 3]);")
+        else:
+            w("          *reinterpret_cast<float2*>(orow + c) = make_float2(v[q * 2], v[q * 2 + 1]);")
         w("        } else {")
         w("          #pragma unroll")
-        w("          for (int u = 0; u < 4; ++u)")
-        w("            if (c + u < N) orow[c + u] = v[q * 4 + u];")
+        w(f"          for (int u = 0; u < {n}; ++u)")
+        w(f"            if (c + u < N) orow[c + u] = v[q * {n} + u];")
         w("        }")
         w("      }")
         w("    }")
@@ -268,25 +316,24 @@ def _epilogue(graph: Graph, plan: GemmPlan) -> list[str]:
         w("    float part = 0.0f;")
         w("    #pragma unroll")
         w("    for (int j = 0; j < KF_TN; ++j) {")
-        w("      const int c = n0 + (j >> 2) * 64 + tx * 4 + (j & 3);")
+        w(f"      const int c = {at.col};")
         w(f"      const float y = acc[i][j]{bias};")
         out.extend(body)
         w(f"      part += c < N ? {val} : 0.0f;")
         w("    }")
-        w("    /* the 16 threads of a row are one half of a warp */")
-        w("    #pragma unroll")
-        w("    for (int o = 8; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);")
-        w(f"    if (tx == 0 && r < M) atomicAdd(&out[r], part{scale});")
+        w("    /* the lanes that hold this row's other columns */")
+        for lane in at.row_lanes:
+            w(f"    part += __shfl_xor_sync(0xffffffffu, part, {lane});")
+        w(f"    if ({at.leader} && r < M) atomicAdd(&out[r], part{scale});")
     w("  }")
     w("}")
     return out
 
 
-def _triangle_value(plan: GemmPlan) -> str:
+def _triangle_value(plan: GemmPlan, at: _Layout) -> str:
     """Accumulator (i, j) where the kept triangle holds it, else 0 (torch.triu / tril's diagonal)."""
     keep = ">=" if plan.triangle == "triu" else "<="
-    column = "(n0 + (j >> 2) * 64 + tx * 4 + (j & 3))"
-    return f"{column} - r {keep} {plan.diagonal} ? acc[i][j] : 0.0f"
+    return f"({at.col}) - r {keep} {plan.diagonal} ? acc[i][j] : 0.0f"
 
 
 def _tile_needed(plan: GemmPlan) -> str:
@@ -313,17 +360,20 @@ def _operands(plan: GemmPlan) -> list[str]:
 
 def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[str]) -> str:
     """The whole .cu unit: tunables, prelude, the GEMM kernel with its epilogue, `kf_forward`."""
-    lines = [*header, variant.line(), *CUDA_GEMM_TUNABLES]
-    for name, value in _DEFAULTS.items():
+    tc = variant.tensor_cores
+    lines = [*header, variant.line(), *(TC_TUNABLES if tc else CUDA_GEMM_TUNABLES)]
+    for name, value in (TC_DEFAULTS if tc else _DEFAULTS).items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
     lines += [
         f"#define KF_A_KMAJOR {int(plan.x_transposed)}  /* A given as (K, M) */",
         f"#define KF_B_KMAJOR {int(plan.matmul and not plan.weight_nk)}  /* B given as (K, N) */",
         f"#define KF_TILE_NEEDED {_tile_needed(plan)}",
-        _KERNEL_HEAD.rstrip("\n"),
+        (TC_OPEN if tc else _SIMT_OPEN).rstrip("\n"),
+        _TILE_IO.rstrip("\n"),
+        (TC_LOOP if tc else _SIMT_LOOP).rstrip("\n"),
     ]
-    lines += _epilogue(graph, plan)
+    lines += _epilogue(graph, plan, _TC if tc else _SIMT)
     lines.append("")
     reduce = plan.step is not None and plan.step.kind == "reduction"
     vec = variant.vectorize

@@ -131,14 +131,20 @@ def cuda_seeds(
     if fold_affine_tails(graph)[1]:
         seeds.append(folded)
     gemm = cuda_gemm_plan(graph)
-    if gemm is not None and gemm.matmul and gemm.step is None:
-        # a bare matmul (or one triangle of it): the generic op kernel is one thread per output row
-        seeds.insert(0, (Variant(gemm=True), "matmul as a tiled SGEMM (shared + register tiles)"))
-    elif gemm is not None:
+    if gemm is not None:
         what = "matmul" if gemm.matmul else "linear"
-        seeds.append(
-            (Variant(gemm=True), f"{what} as a tiled SGEMM (shared + register tiles), tail as its epilogue")
-        )
+        tail = ", tail as its epilogue" if gemm.step is not None else ""
+        family = [
+            (Variant(gemm=True), f"{what} as a tiled SGEMM (shared + register tiles){tail}"),
+            (
+                Variant(gemm=True, tensor_cores=True),
+                f"{what} on tensor cores, 3xTF32 at float32 accuracy{tail}",
+            ),
+        ]
+        # a bare matmul (or one triangle of it) leads with the family: the generic op kernel is one
+        # thread per output row
+        bare = gemm.matmul and gemm.step is None
+        seeds = [*family, *seeds] if bare else [*seeds, *family]
     if has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
     if has_rows:
@@ -211,7 +217,7 @@ def gemm_mutation(
     parent = request.parent.source
     if mutation == "fusion":
         on = not variant.gemm
-        changed = variant.with_(gemm=on)
+        changed = variant.with_(gemm=on, tensor_cores=False)
         why = "linear fused into a tiled GEMM, tail as its epilogue" if on else "linear back in torch"
         return changed, why, HeuristicGenerator._keep_params(graph, task, changed, request)
     declared = {t.name: t for t in parent.tunables}

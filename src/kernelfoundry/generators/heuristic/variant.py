@@ -28,11 +28,14 @@ class Variant:
     # the linear itself generated, the tail its epilogue: CPU tiled GEMM (cpu_gemm.py) or implicit-GEMM
     # conv (cpu_conv.py); CUDA tiled SGEMM with a pointwise or sum / mean tail (cuda_gemm.py)
     gemm: bool = False
+    tensor_cores: bool = False  # CUDA GEMM family: 3xTF32 mma.sync (cuda_gemm_tc.py), not SIMT FMAs
 
     def line(self) -> str:
         data = asdict(self)
         if not self.gemm:
             del data["gemm"]  # units without the GEMM family read exactly as before it existed
+        if not self.tensor_cores:
+            del data["tensor_cores"]  # likewise units before the tensor-core kernel
         return "// @kf.variant " + json.dumps(data, sort_keys=True)
 
     def with_(self, **changes: object) -> Variant:

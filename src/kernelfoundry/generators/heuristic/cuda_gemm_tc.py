@@ -1,0 +1,113 @@
+"""The tensor-core kernel of the CUDA GEMM family: 3xTF32 `mma.sync` at float32 accuracy.
+
+TF32 keeps 10 bits of a float's 23-bit mantissa, too few for KernelBench's float32 tolerance (1e-4) over
+long sums. Each operand is split into a TF32 "big" part and the TF32 rounding of what remains ("small":
+x = big + small to about 2^-22 relative), and every product is accumulated in float32 as
+big*big + big*small + small*big (the dropped small*small term is below float32's own rounding): three
+m16n8k8 TF32 MMAs per product, float32-accurate results on tensor cores, where torch (TF32 off by
+default) runs a SIMT SGEMM.
+
+Same block tile (128 x 128, 256 threads), tile loads, double-buffered k-major shared tiles and epilogue
+as the SIMT kernel in cuda_gemm.py; here 8 warps each own a 64 x 32 piece (4 m16 x 4 n8 MMA tiles, 64
+accumulators a thread). The shared rows are padded to 136 floats (8 banks mod 32) so the fragment reads
+of a warp (k = thread-in-group, row = group) hit 32 distinct banks. Tunable: BK (8 or 16: the K slice per
+barrier; one or two k8 steps) and KF_MIN_BLOCKS (blocks an SM must hold: 2 caps a thread at 128
+registers, a few spills; 1 lets it take ~170, one block of 8 warps an SM). Pure strings.
+"""
+
+from __future__ import annotations
+
+TC_TUNABLES = (
+    "// @kf.tunable BK in [8, 16] default 16",
+    "// @kf.tunable KF_MIN_BLOCKS in [1, 2] default 2",
+)
+TC_DEFAULTS = {"BK": 16, "KF_MIN_BLOCKS": 2}
+
+TC_OPEN = r"""
+static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
+static_assert(KF_MIN_BLOCKS == 1 || KF_MIN_BLOCKS == 2, "KF_MIN_BLOCKS must be 1 or 2");
+#define BM 128
+#define BN 128
+#define KF_TM 8  /* accumulator rows a thread holds: 4 m16 tiles x the two row halves (g, g + 8) */
+#define KF_TN 8  /* accumulator columns: 4 n8 tiles x two adjacent columns (2 tig, 2 tig + 1) */
+#define KF_PAD 8  /* rows of 136 floats: a warp's fragment reads hit 32 distinct banks */
+
+/* x = big + small, both TF32 (round to nearest): big * big + big * small + small * big is x * y to
+   about float32 accuracy */
+__device__ __forceinline__ void kf_split_tf32(float x, uint32_t& big, uint32_t& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+  const float rest = x - __uint_as_float(big);
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+}
+
+/* c (16 x 8, float32) += a (16 x 8, TF32, row) * b (8 x 8, TF32, col) */
+__device__ __forceinline__ void kf_mma(float& c0, float& c1, float& c2, float& c3, const uint32_t (&a)[4],
+                                       uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* One 128 x 128 tile of the product (then bias and the tail) per block of 256 threads: warp w owns rows
+   (w / 4) * 64 + [0, 64) and columns (w % 4) * 32 + [0, 32). VEC / vec_out as in the SIMT kernel. */
+template <int VEC>
+__global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
+    kf_gemm(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
+            const float* __restrict__ bias, float* __restrict__ out, int vec_out) {
+  __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
+  __shared__ __align__(16) float Bs[2][BK][BN + KF_PAD];
+  constexpr int F = VEC ? 4 : 1;  /* floats per load */
+  constexpr int KU = BK / F;  /* loads per tile row (one row of x or W, BK long) */
+  constexpr int AU = BM * KU, BU = BN * KU;  /* loads per tile */
+  constexpr int LA = (AU + 255) / 256, LB = (BU + 255) / 256;  /* loads per thread */
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tig = lane & 3;  /* the MMA fragments' group and thread in group */
+  const int wm = warp >> 2, wn = warp & 3;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  float ra[LA][F], rb[LB][F];
+  float acc[KF_TM][KF_TN];
+  #pragma unroll
+  for (int i = 0; i < KF_TM; ++i) {
+    #pragma unroll
+    for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
+  }
+"""
+
+TC_LOOP = r"""
+  for (int s = 0; s < slices; ++s) {
+    const int cur = s & 1;
+    if (s + 1 < slices) load((s + 1) * BK);  /* in flight while this slice is multiplied */
+    #pragma unroll
+    for (int k8 = 0; k8 < BK; k8 += 8) {
+      uint32_t bh[4][2], bl[4][2];
+      #pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int c = wn * 32 + t * 8 + g;
+        kf_split_tf32(Bs[cur][k8 + tig][c], bh[t][0], bl[t][0]);
+        kf_split_tf32(Bs[cur][k8 + tig + 4][c], bh[t][1], bl[t][1]);
+      }
+      #pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        const int r = wm * 64 + mt * 16 + g;
+        uint32_t ah[4], al[4];
+        kf_split_tf32(As[cur][k8 + tig][r], ah[0], al[0]);
+        kf_split_tf32(As[cur][k8 + tig][r + 8], ah[1], al[1]);
+        kf_split_tf32(As[cur][k8 + tig + 4][r], ah[2], al[2]);
+        kf_split_tf32(As[cur][k8 + tig + 4][r + 8], ah[3], al[3]);
+        #pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          float& c0 = acc[mt * 2][t * 2];
+          float& c1 = acc[mt * 2][t * 2 + 1];
+          float& c2 = acc[mt * 2 + 1][t * 2];
+          float& c3 = acc[mt * 2 + 1][t * 2 + 1];
+          kf_mma(c0, c1, c2, c3, al, bh[t][0], bh[t][1]);  /* the small terms first */
+          kf_mma(c0, c1, c2, c3, ah, bl[t][0], bl[t][1]);
+          kf_mma(c0, c1, c2, c3, ah, bh[t][0], bh[t][1]);
+        }
+      }
+    }
+    if (s + 1 < slices) store(cur ^ 1);  /* the other buffer: last read before the previous barrier */
+    __syncthreads();
+  }
+"""
