@@ -69,6 +69,7 @@ MATMUL_SHAPES = [
     {"M": 37, "K": 30, "N": 70},  # no float4 runs anywhere, ragged tiles
     {"M": 132, "K": 36, "N": 136},  # float4 along every operand's contiguous dim
     {"M": 130, "K": 1, "N": 5},  # one partial k slice
+    {"M": 37, "K": 6004, "N": 70},  # one tile over a long K: a bare matmul splits K across blocks
 ]
 
 
@@ -137,7 +138,7 @@ def test_gemm_units_are_correct_on_awkward_shapes_at_every_tiling(
 @pytest.mark.parametrize("shape", MATMUL_SHAPES, ids=lambda s: "x".join(str(v) for v in s.values()))
 @pytest.mark.parametrize("name", list(MATMULS))
 def test_matmul_units_are_correct_on_awkward_shapes(name: str, shape: dict[str, int], tmp_path: Path) -> None:
-    check_on_gpu(matmul_task(name, shape), [COMBOS[0], COMBOS[-1]], tmp_path)
+    check_on_gpu(matmul_task(name, shape), [COMBOS[-1]], tmp_path)
     check_on_gpu(matmul_task(name, shape), [{}], tmp_path, tensor_cores=True)
 
 
@@ -152,7 +153,10 @@ def check_on_gpu(t: Task, combos: list[dict[str, int]], tmp_path: Path, tensor_c
 
     units = [with_params(gemm_source(t, tensor_cores), combo) for combo in combos]
     target, cache = BuildTarget("cuda", "sm90"), BuildCache(tmp_path)
-    settings = EvaluationSettings(measure_torch_compile=False)
+    # correctness is the point: every trial and check, few timed calls, no baselines
+    settings = EvaluationSettings(
+        measure_torch_compile=False, measure_baselines=False, timed_runs=10, warmup_runs=1
+    )
     worker = EvaluationWorker("cuda:0")
     try:
         with ThreadPoolExecutor(4) as pool:

@@ -273,7 +273,7 @@ def test_a_kept_triangle_zeroes_the_rest_and_skips_the_k_loop_of_tiles_wholly_ou
 ) -> None:
     code = matmul_seeds(expr, "8, 12", "12, 8")[0].source.code
     assert f"#define KF_TILE_NEEDED {needed}" in code
-    assert "const int slices = KF_TILE_NEEDED ? (K + BK - 1) / BK : 0;" in code
+    assert "const int slices = KF_TILE_NEEDED ? (ke - kb + BK - 1) / BK : 0;" in code
     assert value in code
 
 
@@ -323,3 +323,20 @@ def test_fusion_hands_a_tensor_core_parent_back_to_torch_without_the_flag() -> N
     tc = next(c for c in cuda_seeds(t) if getattr(parse_variant(c.source.code), "tensor_cores", False))
     back = parse_variant(child(t, tc, "fusion").source.code)
     assert back is not None and not back.gemm and not back.tensor_cores
+
+
+def test_a_bare_matmul_splits_a_long_k_across_blocks_when_its_tiles_are_too_few() -> None:
+    code = matmul_seeds("torch.matmul(A, B)")[0].source.code
+    assert "cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)" in code
+    assert "if (tiles < sms && K >= 2048) splits = (int)(want < K / 1024 ? want : K / 1024);" in code
+    # the output is zeroed on the stream first, the splits add their partial products into it
+    memset = code.index("cudaMemsetAsync(O, 0, sizeof(float) * (size_t)(M * N), st)")
+    assert memset < code.index("kf_gemm<1><<<")
+    assert "if (c + u < N) atomicAdd(orow + c + u, v[q * 4 + u]);" in code
+    assert "const dim3 grid((unsigned)ntiles, (unsigned)mtiles, (unsigned)splits);" in code
+    assert "const int kb = blockIdx.z * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;" in code
+    # a tail needs the whole sum: no split
+    tail = matmul_seeds("torch.relu(A @ B) * 0.5")
+    code = next(c.source.code for c in tail if getattr(parse_variant(c.source.code), "gemm", False))
+    assert "atomicAdd" not in code and "cudaDevAttrMultiProcessorCount" not in code
+    assert "int splits = 1;" in code

@@ -96,7 +96,7 @@ static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
 template <int VEC>
 __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const float* __restrict__ X,
                                                   const float* __restrict__ W, const float* __restrict__ bias,
-                                                  float* __restrict__ out, int vec_out) {
+                                                  float* __restrict__ out, int vec_out, int kchunk) {
   __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
   __shared__ __align__(16) float Bs[2][BK][BN + KF_PAD];
   constexpr int F = VEC ? 4 : 1;  /* floats per load */
@@ -116,6 +116,9 @@ __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const flo
 
 # The tile loads, shared by both kernels: global -> registers -> k-major shared tiles, double buffered.
 _TILE_IO = r"""
+  /* split K (blockIdx.z): this block's part [kb, ke) of K (kchunk, a multiple of BK, for every split but
+     the last) */
+  const int kb = blockIdx.z * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;
   /* tile element e of an operand of R rows: row r, k offset kk. k-contiguous operands (x (M, K), W
      (N, K)) run along k, k-major ones (A given (K, M), B given (K, N)) along the rows */
   auto at = [](int e, int rows, int kmajor, int& r, int& kk) {
@@ -135,7 +138,7 @@ _TILE_IO = r"""
       const int e = tid + l * 256;
       at(e, BM, KF_A_KMAJOR, r, kk);
       const int gm = m0 + r, gk = k0 + kk;
-      const bool ok = e < AU && gm < M && gk < K;
+      const bool ok = e < AU && gm < M && gk < ke;
       const float* src = KF_A_KMAJOR ? X + (int64_t)gk * M + gm : X + (int64_t)gm * K + gk;
       if constexpr (VEC) {
         const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -150,7 +153,7 @@ _TILE_IO = r"""
       const int e = tid + l * 256;
       at(e, BN, KF_B_KMAJOR, r, kk);
       const int gn = n0 + r, gk = k0 + kk;
-      const bool ok = e < BU && gn < N && gk < K;
+      const bool ok = e < BU && gn < N && gk < ke;
       const float* src = KF_B_KMAJOR ? W + (int64_t)gk * N + gn : W + (int64_t)gn * K + gk;
       if constexpr (VEC) {
         const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -189,9 +192,10 @@ _TILE_IO = r"""
       }
     }
   };
-  const int slices = KF_TILE_NEEDED ? (K + BK - 1) / BK : 0;  /* a tile the triangle zeroes skips K */
+  /* a tile the triangle zeroes skips K */
+  const int slices = KF_TILE_NEEDED ? (ke - kb + BK - 1) / BK : 0;
   if (slices > 0) {
-    load(0);
+    load(kb);
     store(0);
   }
   __syncthreads();
@@ -200,7 +204,7 @@ _TILE_IO = r"""
 _SIMT_LOOP = r"""
   for (int s = 0; s < slices; ++s) {
     const int cur = s & 1;
-    if (s + 1 < slices) load((s + 1) * BK);  /* in flight while this slice is multiplied */
+    if (s + 1 < slices) load(kb + (s + 1) * BK);  /* in flight while this slice is multiplied */
     #pragma unroll
     for (int k = 0; k < BK; ++k) {
       float a[KF_TM], b[KF_TN];
@@ -291,8 +295,19 @@ def _epilogue(graph: Graph, plan: GemmPlan, at: _Layout) -> list[str]:
         w("    }")
         w("    if (r < M) {")
         w("      float* __restrict__ orow = out + (int64_t)r * N;")
-        w("      #pragma unroll")
         n = at.run
+        if splits_k(plan):
+            w("      if (gridDim.z > 1) {  /* split K: the partial products add into the zeroed output */")
+            w("        #pragma unroll")
+            w(f"        for (int q = 0; q < KF_TN / {n}; ++q) {{")
+            w(f"          const int c = {at.run_col};")
+            w("          #pragma unroll")
+            w(f"          for (int u = 0; u < {n}; ++u)")
+            w(f"            if (c + u < N) atomicAdd(orow + c + u, v[q * {n} + u]);")
+            w("        }")
+            w("        continue;")
+            w("      }")
+        w("      #pragma unroll")
         w(f"      for (int q = 0; q < KF_TN / {n}; ++q) {{")
         w(f"        const int c = {at.run_col};")
         w(f"        if (vec_out && c < N) {{  /* N % 4 == 0: the whole run of {n} is in range */")
@@ -328,6 +343,12 @@ def _epilogue(graph: Graph, plan: GemmPlan, at: _Layout) -> list[str]:
     w("  }")
     w("}")
     return out
+
+
+def splits_k(plan: GemmPlan) -> bool:
+    """Whether the unit may split K across blocks (a bare matmul, or one triangle of it: the partial
+    products add up in the output; a tail would need the whole sum first)."""
+    return plan.matmul and plan.step is None
 
 
 def _triangle_value(plan: GemmPlan, at: _Layout) -> str:
@@ -398,8 +419,27 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
         w("  if (M > 0 && cudaMemsetAsync(O, 0, sizeof(float) * (size_t)M, st) != cudaSuccess)")
         w("    return KF_ERR_LAUNCH;")
     w("  if (M == 0 || N == 0) return KF_OK;")
-    w("  const dim3 grid((unsigned)ntiles, (unsigned)mtiles);")
-    args = "((int)M, (int)N, (int)K, X, W, B, O, vec_out)"
+    w("  int splits = 1;")
+    if splits_k(plan):
+        w("  /* few output tiles over a long K (a 256 x 256 product of K = 524288) leave most SMs idle:")
+        w("     split K across blocks until about two blocks an SM, each split at least 1024 of K long */")
+        w("  static int sms = 0;")
+        w("  if (sms == 0) {")
+        w("    int device = 0;")
+        w("    if (cudaGetDevice(&device) != cudaSuccess ||")
+        w("        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)")
+        w("      return KF_ERR_LAUNCH;")
+        w("  }")
+        w("  const int64_t tiles = mtiles * ntiles, want = (2 * (int64_t)sms + tiles - 1) / tiles;")
+        w("  if (tiles < sms && K >= 2048) splits = (int)(want < K / 1024 ? want : K / 1024);")
+    w("  /* K = 0 (an empty sum: zeros): one split whose part of K is empty */")
+    w("  const int64_t kchunk = K > 0 ? ((K + splits - 1) / splits + BK - 1) / BK * BK : BK;")
+    w("  splits = K > 0 ? (int)((K + kchunk - 1) / kchunk) : 1;")
+    if splits_k(plan):
+        w("  if (splits > 1 && cudaMemsetAsync(O, 0, sizeof(float) * (size_t)(M * N), st) != cudaSuccess)")
+        w("    return KF_ERR_LAUNCH;")
+    w("  const dim3 grid((unsigned)ntiles, (unsigned)mtiles, (unsigned)splits);")
+    args = "((int)M, (int)N, (int)K, X, W, B, O, vec_out, (int)kchunk)"
     if vec:
         along_a = "M" if plan.x_transposed else "K"
         along_b = "N" if plan.matmul and not plan.weight_nk else "K"

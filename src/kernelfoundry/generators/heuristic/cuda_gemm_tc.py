@@ -54,7 +54,7 @@ __device__ __forceinline__ void kf_mma(float& c0, float& c1, float& c2, float& c
 template <int VEC>
 __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     kf_gemm(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
-            const float* __restrict__ bias, float* __restrict__ out, int vec_out) {
+            const float* __restrict__ bias, float* __restrict__ out, int vec_out, int kchunk) {
   __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
   __shared__ __align__(16) float Bs[2][BK][BN + KF_PAD];
   constexpr int F = VEC ? 4 : 1;  /* floats per load */
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
 TC_LOOP = r"""
   for (int s = 0; s < slices; ++s) {
     const int cur = s & 1;
-    if (s + 1 < slices) load((s + 1) * BK);  /* in flight while this slice is multiplied */
+    if (s + 1 < slices) load(kb + (s + 1) * BK);  /* in flight while this slice is multiplied */
     #pragma unroll
     for (int k8 = 0; k8 < BK; k8 += 8) {
       uint32_t bh[4][2], bl[4][2];
