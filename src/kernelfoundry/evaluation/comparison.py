@@ -40,6 +40,8 @@ SCALE_FACTOR = 3.0
 # scale cannot be represented by a correct output either: no degenerate-output verdict there.
 RESOLVABLE_ULPS = 16.0
 CHUNK_ELEMENTS = 1 << 26  # 512 MB per float64 temporary
+# passes_by_proxy: the share of atol a proxy reference's own measured error may take
+PROXY_ERROR_SHARE = 0.125
 
 
 def default_tolerance(dtype: Any) -> Tolerance:
@@ -147,6 +149,45 @@ def max_abs_error(out: Any, ref: Any) -> float:
             worst, float(_abs_difference(got64, want.to(device=got64.device, dtype=torch.float64)).max())
         )
     return worst
+
+
+def passes_by_proxy(out: Any, proxy: Any, tolerance: Tolerance, proxy_error: float) -> bool:
+    """Whether `out` certainly passes `compare` against the high-precision reference, judged against a
+    cheaper reference `proxy` (the task's own dtype on the device, TF32 off) whose largest error against
+    the high-precision reference in the trials was `proxy_error`.
+
+    True only with room to spare: |out - proxy| within half of each bound of `compare` (elementwise
+    atol + rtol * |proxy|, and the scale test), and the proxy's error, allowed to double on fresh
+    values, inside the other half: |out - ref| <= |out - proxy| + |proxy - ref| then meets the bounds.
+    Elementwise: 0.5 * (atol + rtol * |proxy|) + 2e <= atol + rtol * |ref| whenever
+    e * (2 + rtol) <= 0.5 * atol, so e may use at most PROXY_ERROR_SHARE of atol. False means
+    undecided, never wrong: NaN or inf anywhere, an integer output, or too close to call; the caller
+    compares against the high-precision reference then."""
+    import torch
+
+    if not out.dtype.is_floating_point or not math.isfinite(proxy_error):
+        return False
+    if proxy_error > PROXY_ERROR_SHARE * tolerance.atol or tolerance.rtol >= 2.0:
+        return False
+    if out.numel() == 0:
+        return True
+    worst, output_scale = 0.0, 0.0
+    for _, part, part_proxy in _slices(out, proxy):
+        got = part.to(torch.float64)
+        want = part_proxy.to(device=got.device, dtype=torch.float64)
+        if not bool(torch.isfinite(got).all().item()) or not bool(torch.isfinite(want).all().item()):
+            return False
+        diff = torch.sub(got, want).abs_()
+        scale = want.abs_()
+        bound = torch.mul(scale, 0.5 * tolerance.rtol).add_(0.5 * tolerance.atol)
+        if bool(diff.gt(bound).any().item()):
+            return False
+        worst = max(worst, float(diff.max().item()))
+        output_scale = max(output_scale, float(scale.max().item()))
+    # scale test: worst error against the reference <= 3 rtol x the reference's scale, with the proxy's
+    # (doubled) error counted against both
+    margin = 2.0 * proxy_error
+    return worst + margin <= 0.5 * SCALE_FACTOR * tolerance.rtol * max(output_scale - margin, 0.0)
 
 
 def compare(out: Any, ref: Any, tolerance: Tolerance, error_floor: float = 0.0) -> Comparison:

@@ -32,6 +32,9 @@ class TrialHistory:
     # Twice the largest error eager itself made against the reference in any trial so far: the
     # scale-aware comparison never asks a candidate to beat it.
     error_floor: float = 0.0
+    # The largest error of the proxy reference (the model in its own dtype, TF32 off) against the
+    # high-precision reference in any trial so far; None before the first (engine.py: proxy checks).
+    proxy_error: float | None = None
 
 
 def check_trial(

@@ -44,6 +44,9 @@ class EvaluationSettings:
     baseline_max_age_s: float | None = None
     screen_above_ms: float = 0.0  # screening.py: the kernel time to come near; 0: full protocol only
     screen_margin: float | None = None  # None: the backend's (CUDA 0.3, CPU 1.0)
+    # checked timed calls first compared with the model in its own dtype (TF32 off), the float64
+    # reference computed only when that cannot decide (comparison.passes_by_proxy)
+    proxy_checks: bool = True
 
     def __post_init__(self) -> None:
         if self.correctness_trials < MIN_CORRECTNESS_TRIALS:

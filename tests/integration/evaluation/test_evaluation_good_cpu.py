@@ -118,3 +118,19 @@ def test_a_far_slower_candidate_is_screened_out(units: Units, worker: Evaluation
     promising = worker.evaluate(replace(request, settings=replace(request.settings, screen_above_ms=1e6)))
     assert promising.correct and not promising.screened, promising.message
     assert promising.counters["screen_runs"] == 10 and promising.counters["timed_runs"] > 0
+
+
+def test_checked_timed_calls_are_decided_on_the_proxy_reference_unless_turned_off(
+    units: Units, worker: EvaluationWorker
+) -> None:
+    """The model in float32 decides the checked timed calls of an accurate unit (the float64 reference is
+    computed for the trials only); with proxy checks off every checked call takes the float64 one."""
+    on = worker.evaluate(units.request("good_fma"))
+    assert on.correct, on.message
+    assert on.counters["checked_timed_runs"] >= 3
+    assert on.counters["proxy_checks"] == on.counters["checked_timed_runs"]
+    assert on.counters["proxy_escalations"] == 0
+    off = worker.evaluate(units.request("good_fma", settings=replace(FAST, proxy_checks=False)))
+    assert off.correct, off.message
+    assert off.counters["proxy_checks"] == off.counters["proxy_escalations"] == 0
+    assert off.counters["checked_timed_runs"] >= 3

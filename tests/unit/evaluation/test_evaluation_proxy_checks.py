@@ -1,0 +1,94 @@
+"""comparison.passes_by_proxy: a checked timed call decided on the cheap proxy reference only when the
+high-precision comparison would certainly pass too; everything else is left undecided."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernelfoundry.evaluation import comparison
+from kernelfoundry.tasks.model import Tolerance
+
+TOL = Tolerance(atol=1e-4, rtol=1e-4)
+
+
+def values(n: int = 4096, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_an_output_close_to_an_accurate_proxy_passes() -> None:
+    ref = values()
+    proxy = ref.to(torch.float32)
+    out = (ref + 1e-6).to(torch.float32)
+    e = comparison.max_abs_error(proxy, ref)
+    assert comparison.passes_by_proxy(out, proxy, TOL, e)
+
+
+@pytest.mark.parametrize("offset", [0.6e-4, 1e-3])
+def test_an_output_past_half_the_bound_is_left_to_the_reference(offset: float) -> None:
+    ref = values()
+    proxy = ref.to(torch.float32)
+    out = proxy.clone()
+    out[17] += offset + 0.5e-4 * abs(float(proxy[17]))  # past 0.5 * (atol + rtol * |proxy|)
+    assert not comparison.passes_by_proxy(out, proxy, TOL, 0.0)
+
+
+def test_a_proxy_whose_own_error_takes_more_than_its_share_of_atol_decides_nothing() -> None:
+    ref = values()
+    proxy = ref.to(torch.float32)
+    assert comparison.passes_by_proxy(proxy, proxy, TOL, comparison.PROXY_ERROR_SHARE * TOL.atol)
+    assert not comparison.passes_by_proxy(proxy, proxy, TOL, 1.01 * comparison.PROXY_ERROR_SHARE * TOL.atol)
+    assert not comparison.passes_by_proxy(proxy, proxy, TOL, math.inf)
+    assert not comparison.passes_by_proxy(proxy, proxy, TOL, math.nan)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_values_in_the_output_or_the_proxy_are_left_to_the_reference(bad: float) -> None:
+    proxy = values().to(torch.float32)
+    out = proxy.clone()
+    out[3] = bad
+    assert not comparison.passes_by_proxy(out, proxy, TOL, 0.0)
+    assert not comparison.passes_by_proxy(proxy, out, TOL, 0.0)
+
+
+def test_integer_outputs_are_left_to_the_exact_comparison() -> None:
+    ints = torch.arange(10, dtype=torch.int64)
+    assert not comparison.passes_by_proxy(ints, ints, Tolerance(0.0, 0.0), 0.0)
+
+
+def test_small_outputs_keep_the_scale_aware_test() -> None:
+    # every value far below atol: zeros pass the elementwise bound, never the scale test
+    proxy = (values() * 1e-7).to(torch.float32)
+    assert not comparison.passes_by_proxy(torch.zeros_like(proxy), proxy, TOL, 0.0)
+    assert comparison.passes_by_proxy(proxy.clone(), proxy, TOL, 0.0)
+
+
+def test_an_empty_output_passes() -> None:
+    empty = torch.empty(0)
+    assert comparison.passes_by_proxy(empty, empty, TOL, 0.0)
+
+
+def test_whatever_passes_by_proxy_passes_the_high_precision_comparison() -> None:
+    """Soundness: outputs perturbed at random scales up to past the bounds, a proxy whose error against
+    the reference is up to twice what the trials measured: no pass by proxy ever fails `compare`, and
+    the proxy does decide most honest outputs."""
+    decided, violations = 0, []
+    for seed in range(200):
+        gen = torch.Generator().manual_seed(seed)
+        scale = 10.0 ** float(torch.empty(1).uniform_(-6, 3, generator=gen))
+        ref = torch.randn(2048, generator=gen, dtype=torch.float64) * scale
+        share = comparison.PROXY_ERROR_SHARE * TOL.atol
+        measured = float(torch.empty(1).uniform_(0, 1.5 * share, generator=gen))
+        noise = torch.empty(2048, dtype=torch.float64).uniform_(-2 * measured, 2 * measured, generator=gen)
+        proxy = (ref + noise).to(torch.float32)
+        bound = TOL.atol + TOL.rtol * ref.abs()
+        jitter = torch.empty(2048, dtype=torch.float64).uniform_(-1.2, 1.2, generator=gen)
+        for candidate in ((ref + bound * jitter).float(), proxy.clone(), (ref + 0.2 * bound).float()):
+            if comparison.passes_by_proxy(candidate, proxy, TOL, measured):
+                decided += 1
+                if not comparison.compare(candidate, ref, TOL).ok:
+                    violations.append(seed)
+    assert not violations
+    assert decided >= 100  # 139 of the 400 honest outputs: the rest too small or the proxy too coarse
