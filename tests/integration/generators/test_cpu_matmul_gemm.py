@@ -1,7 +1,8 @@
 """The CPU GEMM families serve KernelBench's level-1 forms. Matmuls of forward inputs: `A @ B` with either
 operand transposed (`.T`, `.t()`, `transpose(0, 1)`; an einsum contracting A's last dim with a matrix), A
 of any rank (its leading dims are the rows), alone, with a fused tail, or keeping one triangle
-(`torch.triu` / `torch.tril`); and a bare `nn.Conv2d` (stride 1, no padding) as an implicit GEMM. Every
+(`torch.triu` / `torch.tril`); and a conv (`nn.Conv1d` / `Conv2d` / `Conv3d`, any stride, padding and
+dilation, one group; bare or with a per-channel pointwise tail) as an implicit GEMM. Every
 such seed compiles with g++ and matches torch at odd sizes (ragged register tiles and panels) and at
 every register and cache block the sweep may pick; what the family does not serve (a matmul of a
 parameter, a tail that is not row-wise, a 3-D right operand) gets no GEMM seed."""
@@ -149,5 +150,98 @@ def test_a_bare_conv_gets_the_implicit_gemm_seed_and_matches_torch(
     result = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cpu", count=4))
     seeds = [c for c in result.candidates if "implicit GEMM" in c.rationale]
     assert seeds and not seeds[0].source.glue
+    for blocks in ({}, {"MR": 4, "NV": 1}):
+        run(seeds[0].source, task, tmp_path, blocks)
+
+
+GENERAL_CONV = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.{cls}(
+            5, 11, {kernel}, stride={stride}, padding={padding}, dilation={dilation}, bias={bias}
+        )
+
+    def forward(self, x):
+        return {body}
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+def get_init_inputs():
+    return []
+"""
+# conv class, kernel, stride, padding, dilation, bias, input shape, forward body
+GENERAL = {
+    "1d": ("Conv1d", "3", "1", "0", "1", "True", "2, 5, 29", "self.conv(x)"),
+    "1d_dilated_strided": ("Conv1d", "3", "3", "0", "4", "False", "2, 5, 41", "self.conv(x)"),
+    "2d_strided_padded": (
+        "Conv2d",
+        "(5, 3)",
+        "(4, 2)",
+        "(2, 1)",
+        "1",
+        "True",
+        "2, 5, 19, 23",
+        "self.conv(x)",
+    ),
+    "2d_dilated_padded": (
+        "Conv2d",
+        "(3, 5)",
+        "1",
+        "(2, 4)",
+        "(2, 3)",
+        "False",
+        "1, 5, 17, 40",
+        "self.conv(x)",
+    ),
+    "3d": ("Conv3d", "3", "1", "0", "1", "False", "2, 5, 6, 7, 9", "self.conv(x)"),
+    "3d_asymmetric_padded": (
+        "Conv3d",
+        "(3, 2, 5)",
+        "(1, 2, 1)",
+        "(1, 0, 2)",
+        "1",
+        "True",
+        "1, 5, 5, 9, 8",
+        "self.conv(x)",
+    ),
+    "2d_padded_relu_tail": (
+        "Conv2d",
+        "3",
+        "1",
+        "1",
+        "1",
+        "True",
+        "2, 5, 9, 11",
+        "torch.relu(self.conv(x)) * 2.0",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENERAL))
+def test_convs_of_any_dims_stride_padding_and_dilation_get_the_implicit_gemm_and_match_torch(
+    name: str, tmp_path: Path
+) -> None:
+    cls, kernel, stride, padding, dilation, bias, shape, body = GENERAL[name]
+    source = GENERAL_CONV.format(
+        cls=cls,
+        kernel=kernel,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        bias=bias,
+        shape=shape,
+        body=body,
+    )
+    task = Task(f"conv_{name}", source, shapes=(ShapeVariant("odd", {}),))
+    result = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cpu", count=4))
+    seeds = [c for c in result.candidates if "implicit GEMM" in c.rationale]
+    assert seeds and not seeds[0].source.glue
+    if body == "self.conv(x)":
+        assert result.candidates[0] is seeds[0]  # a bare conv leads with it
     for blocks in ({}, {"MR": 4, "NV": 1}):
         run(seeds[0].source, task, tmp_path, blocks)

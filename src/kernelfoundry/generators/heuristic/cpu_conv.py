@@ -49,6 +49,17 @@ class ConvPlan:
     channel_leaves: tuple[str, ...]  # per-channel operands of the tail
     scalar_leaves: tuple[str, ...]  # one-element operands of the tail
     inputs: tuple[str, ...]  # entry-point inputs in the reference's order (inputs, parameters, buffers)
+    dims: int = 2  # spatial dims: Conv1d / Conv2d / Conv3d
+    # (depth, height, width), a Conv1d / Conv2d's missing dims as stride 1, padding 0, dilation 1
+    stride: tuple[int, int, int] = (1, 1, 1)
+    padding: tuple[int, int, int] = (0, 0, 0)
+    dilation: tuple[int, int, int] = (1, 1, 1)
+
+    @property
+    def plain(self) -> bool:
+        """A 2-D conv of stride 1 without padding or dilation: its inputs are read in place."""
+        unit = (self.stride, self.padding, self.dilation) == ((1, 1, 1), (0, 0, 0), (1, 1, 1))
+        return self.dims == 2 and unit
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -56,6 +67,20 @@ def _numel(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
+
+
+_CONV_DIMS = {"Conv1d": 1, "Conv2d": 2, "Conv3d": 3}
+
+
+def _three(value: object, dims: int, fill: int) -> tuple[int, int, int] | None:
+    """A module's per-dim setting as (depth, height, width); None for one the family does not take."""
+    if isinstance(value, str):
+        return None
+    values = tuple(value) if isinstance(value, tuple | list) else (value,) * dims
+    if len(values) != dims or not all(isinstance(v, int) for v in values):
+        return None
+    full = (fill,) * (3 - dims) + tuple(int(v) for v in values)
+    return full[0], full[1], full[2]
 
 
 def conv_plan(graph: Graph) -> ConvPlan | None:
@@ -66,19 +91,16 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
     conv = heavy[0]
     fx = conv.fx_node
     mod = graph.modules.get(str(fx.target)) if fx is not None and fx.op == "call_module" else None
-    if mod is None or type(mod).__name__ != "Conv2d":
+    dims = _CONV_DIMS.get(type(mod).__name__) if mod is not None else None
+    if mod is None or dims is None or mod.groups != 1 or mod.padding_mode != "zeros":
         return None
-    if (
-        tuple(mod.stride) != (1, 1)
-        or tuple(mod.dilation) != (1, 1)
-        or mod.groups != 1
-        or isinstance(mod.padding, str)
-        or tuple(mod.padding) != (0, 0)
-    ):
+    stride, padding = _three(mod.stride, dims, 1), _three(mod.padding, dims, 0)
+    dilation = _three(mod.dilation, dims, 1)
+    if stride is None or padding is None or dilation is None:
         return None
     src = conv.args[0] if conv.args else None
     names = {v.name: v for v in graph.inputs}
-    if not isinstance(src, Ref) or src.name not in names or len(graph.shapes[src.name]) != 4:
+    if not isinstance(src, Ref) or src.name not in names or len(graph.shapes[src.name]) != dims + 2:
         return None
     by_qual = {v.qualname: v.name for v in graph.inputs}
     weight = by_qual.get(f"{fx.target}.weight")
@@ -86,8 +108,9 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
     if weight is None or (mod.bias is not None) != (bias is not None):
         return None
     inputs = tuple(v.name for v in graph.inputs)
+    geometry = {"dims": dims, "stride": stride, "padding": padding, "dilation": dilation}
     if graph.nodes == [conv] and graph.outputs == [conv.name]:  # a bare conv, KernelBench's level 1
-        return ConvPlan(conv, src.name, weight, bias, None, (), (), inputs)
+        return ConvPlan(conv, src.name, weight, bias, None, (), (), inputs, **geometry)  # type: ignore[arg-type]
     try:
         parts = partition(graph, True)
     except UnsupportedGraph:
@@ -100,6 +123,7 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
         return None
     if tuple(graph.shapes[step.out]) != out_shape:
         return None
+    per_channel = (out_shape[1],) + (1,) * dims  # broadcasts over (N, C, *spatial) along C
     channels, scalars = [], []
     for leaf in step.leaves(graph):
         shape = tuple(graph.shapes[leaf.name]) + (1,) * leaf.trail
@@ -109,7 +133,7 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
             return None
         if _numel(shape) == 1:
             scalars.append(leaf.name)
-        elif shape[-3:] == (out_shape[1], 1, 1) and _numel(shape) == out_shape[1]:
+        elif shape[-len(per_channel) :] == per_channel and _numel(shape) == out_shape[1]:
             channels.append(leaf.name)
         else:
             return None
@@ -124,6 +148,7 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
         tuple(dict.fromkeys(channels)),
         tuple(dict.fromkeys(scalars)),
         tuple(v.name for v in graph.inputs),
+        **geometry,  # type: ignore[arg-type]
     )
 
 
@@ -172,11 +197,14 @@ def conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str],
     w("  kf_shape sx, sw, so;")
     for var, name in (("sx", plan.x), ("sw", plan.weight)):
         w(f"  if (!kf_tensor_ok(&inputs[{idx[name]}]) || !kf_shape_of(&inputs[{idx[name]}], &{var}) ||")
-        w(f"      {var}.nd != 4) return KF_ERR_BAD_ARGUMENTS;")
-    w("  const int64_t NB = sx.d[0], CI = sx.d[1], H = sx.d[2], W = sx.d[3];")
-    w("  const int64_t CO = sw.d[0], KH = sw.d[2], KW = sw.d[3], OH = H - KH + 1, OW = W - KW + 1;")
-    w("  if (sw.d[1] != CI || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
-    w("  const int64_t KK = CI * KH * KW;")
+        w(f"      {var}.nd != {plan.dims + 2}) return KF_ERR_BAD_ARGUMENTS;")
+    if plan.plain:
+        w("  const int64_t NB = sx.d[0], CI = sx.d[1], H = sx.d[2], W = sx.d[3];")
+        w("  const int64_t CO = sw.d[0], KH = sw.d[2], KW = sw.d[3], OH = H - KH + 1, OW = W - KW + 1;")
+        w("  if (sw.d[1] != CI || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
+        w("  const int64_t KK = CI * KH * KW;")
+    else:
+        lines.extend(_general_geometry(plan))
     w(f"  const float* __restrict X = KF_DATA(const float, &inputs[{idx[plan.x]}]);")
     w(f"  const float* __restrict Wt = KF_DATA(const float, &inputs[{idx[plan.weight]}]);")
     per_channel = ([plan.bias] if plan.bias else []) + list(plan.channel_leaves)
@@ -188,9 +216,19 @@ def conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str],
     for k, name in enumerate(plan.scalar_leaves):
         w(f"  if (!kf_tensor_ok(&inputs[{idx[name]}])) return KF_ERR_BAD_ARGUMENTS;")
         w(f"  const float S{k} = KF_DATA(const float, &inputs[{idx[name]}])[0];")
-    w("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so) || so.nd != 4 || so.d[0] != NB ||")
-    w("      so.d[1] != CO || so.d[2] != OH || so.d[3] != OW) return KF_ERR_BAD_ARGUMENTS;")
+    ok = "  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so) ||"
+    if plan.plain:
+        w(f"{ok} so.nd != 4 || so.d[0] != NB ||")
+        w("      so.d[1] != CO || so.d[2] != OH || so.d[3] != OW) return KF_ERR_BAD_ARGUMENTS;")
+    else:
+        names = ("OD", "OH", "OW")[3 - plan.dims :]
+        spatial = " || ".join(f"so.d[{2 + i}] != {v}" for i, v in enumerate(names))
+        w(f"{ok} so.nd != {plan.dims + 2} ||")
+        w(f"      so.d[0] != NB || so.d[1] != CO || {spatial}) return KF_ERR_BAD_ARGUMENTS;")
     w("  float* __restrict O = KF_DATA(float, &outputs[0]);")
+    if not plan.plain:
+        lines.extend(_general_loops(graph, plan, variant))
+        return "\n".join(lines)
     w("  int64_t* koff = (int64_t*)malloc(sizeof(int64_t) * (size_t)KK);")
     w("  if (!koff) return KF_ERR_LAUNCH;")
     w("  for (int64_t ci = 0; ci < CI; ++ci)")
@@ -240,6 +278,105 @@ def conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str],
     w("}")
     w("")
     return "\n".join(lines)
+
+
+def _general_geometry(plan: ConvPlan) -> list[str]:
+    """Entry-point lines of a conv of any dims, stride, padding and dilation: its sizes as 3-D ones
+    (depth and height 1 where the conv has fewer dims), the output's from torch's formula."""
+    d = plan.dims
+    size = ("ID", "IH", "IW")[3 - d :]
+    taps = ("KD", "KH", "KW")[3 - d :]
+    lines = ["  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[0];"]
+    for name in ("ID", "IH", "IW"):
+        lines.append(f"  const int64_t {name} = {f'sx.d[{2 + size.index(name)}]' if name in size else '1'};")
+    for name in ("KD", "KH", "KW"):
+        lines.append(f"  const int64_t {name} = {f'sw.d[{2 + taps.index(name)}]' if name in taps else '1'};")
+    for axis, (st, pad, dil) in zip(
+        "DHW", zip(plan.stride, plan.padding, plan.dilation, strict=True), strict=True
+    ):
+        lines.append(
+            f"  const int64_t O{axis} = (I{axis} + {2 * pad} - {dil} * (K{axis} - 1) - 1) / {st} + 1;"
+        )
+    lines.append("  if (sw.d[1] != CI || OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
+    lines.append("  const int64_t KK = CI * KD * KH * KW;")
+    return lines
+
+
+def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
+    """The rest of a general conv's entry point: per output row (image, depth, height) and tile of NR
+    output columns, the tile's im2col panel gathered once (zeros where a tap falls in the padding), then
+    every block of MR output channels multiplied with it in the register tile, the tail on the store."""
+    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = plan.stride, plan.padding, plan.dilation
+    out = [
+        "  /* per k = (ci, kd, kh, kw), in the weight's order: the input channel, the dilated tap offsets */",
+        "  int64_t* ktap = (int64_t*)malloc(sizeof(int64_t) * (size_t)(4 * KK));",
+        "  if (!ktap) return KF_ERR_LAUNCH;",
+        "  for (int64_t k = 0; k < KK; ++k) {",
+        "    ktap[4 * k] = k / (KD * KH * KW);",
+        f"    ktap[4 * k + 1] = (k / (KH * KW)) % KD * {dd};",
+        f"    ktap[4 * k + 2] = (k / KW) % KH * {dh};",
+        f"    ktap[4 * k + 3] = k % KW * {dw};",
+        "  }",
+        "  const int64_t ntiles = (OW + NR - 1) / NR;",
+        "  int failed = 0;",
+        "  #pragma omp parallel",
+        "  {",
+        "    float* panel = (float*)aligned_alloc(64, sizeof(float) * (size_t)(KK * NR));",
+        "    int64_t* poff = (int64_t*)malloc(sizeof(int64_t) * (size_t)KK);",
+        "    alignas(64) float ctile[MR * NR];",
+        "    if (!panel || !poff) {",
+        "      #pragma omp atomic write",
+        "      failed = 1;",
+        "    } else {",
+        "      for (int64_t k = 0; k < KK; ++k) poff[k] = k * NR;",
+        "    }",
+        "    #pragma omp for schedule(static)",
+        "    for (int64_t t = 0; t < NB * OD * OH; ++t) {",
+        "      if (!panel || !poff) continue;",
+        "      const int64_t n = t / (OD * OH), od = t / OH % OD, oh = t % OH;",
+        f"      const int64_t id0 = od * {sd} - {pd}, ih0 = oh * {sh} - {ph};",
+        "      for (int64_t tile = 0; tile < ntiles; ++tile) {",
+        "        const int64_t ow0 = tile * NR, nw = OW - ow0 < NR ? OW - ow0 : NR;",
+        f"        const int64_t iw0 = ow0 * {sw} - {pw};",
+        "        for (int64_t k = 0; k < KK; ++k) {",
+        "          float* __restrict prow = panel + k * NR;",
+        "          const int64_t id = id0 + ktap[4 * k + 1], ih = ih0 + ktap[4 * k + 2];",
+        "          if (id < 0 || id >= ID || ih < 0 || ih >= IH) {",
+        "            for (int64_t j = 0; j < NR; ++j) prow[j] = 0.0f;",
+        "            continue;",
+        "          }",
+        "          const float* __restrict xr = X + ((n * CI + ktap[4 * k]) * ID + id) * IH * IW + ih * IW;",
+        "          const int64_t iw = iw0 + ktap[4 * k + 3];",
+        "          for (int64_t j = 0; j < NR; ++j) {",
+        f"            const int64_t c = iw + j * {sw};",
+        "            prow[j] = j < nw && c >= 0 && c < IW ? xr[c] : 0.0f;",
+        "          }",
+        "        }",
+        "        for (int64_t co0 = 0; co0 < CO; co0 += MR) {",
+        "          const int64_t nco = CO - co0 < MR ? CO - co0 : MR;",
+        "          const float* wr[MR];",
+        "          for (int i = 0; i < MR; ++i) wr[i] = Wt + (co0 + (i < nco ? i : nco - 1)) * KK;",
+        "          kf_conv_tile(wr, KK, panel, poff, ctile);",
+        "          for (int64_t i = 0; i < nco; ++i) {",
+        "            const int64_t co = co0 + i;",
+        "            float* __restrict orow = O + (((n * CO + co) * OD + od) * OH + oh) * OW + ow0;",
+    ]
+    out += _tail(graph, plan, variant)
+    out += [
+        "          }",
+        "        }",
+        "      }",
+        "    }",
+        "    free(panel);",
+        "    free(poff);",
+        "  }",
+        "  free(ktap);",
+        "  (void)stream;",
+        "  return failed ? KF_ERR_LAUNCH : KF_OK;",
+        "}",
+        "",
+    ]
+    return out
 
 
 def _tail(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:

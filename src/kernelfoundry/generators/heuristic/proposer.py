@@ -31,7 +31,7 @@ from kernelfoundry.generators.base import (
     GenerationUsage,
 )
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
-from kernelfoundry.generators.heuristic.cpu_conv import conv_applies
+from kernelfoundry.generators.heuristic.cpu_conv import conv_applies, conv_plan
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
@@ -90,10 +90,14 @@ def cpu_seeds(
             0,
             (Variant(gemm=True), f"{what} in a tiled, register-blocked GEMM; the tail fused as its epilogue"),
         )
-    if conv_applies(graph):
-        seeds.append(
-            (Variant(gemm=True), "conv as a register-blocked implicit GEMM; the tail fused into its stores")
+    conv = conv_plan(graph)
+    if conv is not None:
+        implicit = (
+            Variant(gemm=True),
+            "conv as a register-blocked implicit GEMM; the tail fused into its stores",
         )
+        # a bare conv leads with it: the alternative is the one-loop-an-output-row op kernel
+        seeds.insert(0 if conv.step is None else len(seeds), implicit)
     if fold_affine_tails(graph)[1]:
         seeds.append(folded)
     return [*seeds, direct]
