@@ -154,6 +154,9 @@ class EvaluateHandler:
             runtime_ms=report.runtime_ms,
             phases_ms=report.phases_ms,
             counters=report.counters,
+            # what the checks judged by: why a checked call was or was not decided on the proxy
+            max_abs_error=report.max_abs_error,
+            tolerance=[report.tolerance_atol, report.tolerance_rtol],
         )
         if judge_out_of_memory(report) and delivery.deliveries < MEMORY_RETRIES:
             log.warning(

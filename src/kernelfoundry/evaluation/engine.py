@@ -661,6 +661,12 @@ class Evaluation:
 
     def _time_candidate(self, state: ShapeState) -> ShapeReport:
         runs, warmup = self.settings.runs_for(self.backend.name), self.settings.warmup_runs
+        error = state.history.proxy_error
+        if self.settings.proxy_checks and error is not None:
+            self.notes.append(
+                f"{state.shape.name}: proxy reference's error against float64 in the trials {error:.3g} "
+                f"(proxy checks decide with a margin of {comparison.PROXY_ERROR_MARGIN * error:.3g})"
+            )
         first = state.trial_sets
         k = len(state.sets) - first
         self.counters["input_sets"] += k
