@@ -174,8 +174,8 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-# conv class, kernel, stride, padding, dilation, bias, input shape, forward body
-GENERAL = {
+GENERAL_FIELDS = ("cls", "kernel", "stride", "padding", "dilation", "bias", "shape", "body")
+GENERAL = {  # GENERAL_FIELDS: conv class, kernel, stride, padding, dilation, bias, input shape, forward body
     "1d": ("Conv1d", "3", "1", "0", "1", "True", "2, 5, 29", "self.conv(x)"),
     "1d_dilated_strided": ("Conv1d", "3", "3", "0", "4", "False", "2, 5, 41", "self.conv(x)"),
     "2d_strided_padded": (
@@ -226,22 +226,13 @@ GENERAL = {
 def test_convs_of_any_dims_stride_padding_and_dilation_get_the_implicit_gemm_and_match_torch(
     name: str, tmp_path: Path
 ) -> None:
-    cls, kernel, stride, padding, dilation, bias, shape, body = GENERAL[name]
-    source = GENERAL_CONV.format(
-        cls=cls,
-        kernel=kernel,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        bias=bias,
-        shape=shape,
-        body=body,
-    )
+    fields = dict(zip(GENERAL_FIELDS, GENERAL[name], strict=True))
+    source = GENERAL_CONV.format(**fields)
     task = Task(f"conv_{name}", source, shapes=(ShapeVariant("odd", {}),))
     result = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cpu", count=4))
     seeds = [c for c in result.candidates if "implicit GEMM" in c.rationale]
     assert seeds and not seeds[0].source.glue
-    if body == "self.conv(x)":
+    if fields["body"] == "self.conv(x)":
         assert result.candidates[0] is seeds[0]  # a bare conv leads with it
     for blocks in ({}, {"MR": 4, "NV": 1}):
         run(seeds[0].source, task, tmp_path, blocks)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan, linear_operands, matmul_operands
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_DEFAULTS, TC_LOOP, TC_OPEN, TC_TUNABLES
+from kernelfoundry.generators.heuristic.cuda_gemm_tiles import TILE_DECLS, TILE_IO, TILE_STATE
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -82,7 +83,8 @@ _TC = _Layout(
     leader="tig == 0",
 )
 
-_SIMT_OPEN = r"""
+_SIMT_OPEN = (
+    r"""
 static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
 static_assert(BN == 64 || BN == 128, "BN must be 64 or 128");
 static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
@@ -97,109 +99,12 @@ template <int VEC>
 __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const float* __restrict__ X,
                                                   const float* __restrict__ W, const float* __restrict__ bias,
                                                   float* __restrict__ out, int vec_out, int kchunk) {
-  __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
-  __shared__ __align__(16) float Bs[2][BK][BN + KF_PAD];
-  constexpr int F = VEC ? 4 : 1;  /* floats per load */
-  constexpr int KU = BK / F;  /* loads per tile row (one row of x or W, BK long) */
-  constexpr int AU = BM * KU, BU = BN * KU;  /* loads per tile */
-  constexpr int LA = (AU + 255) / 256, LB = (BU + 255) / 256;  /* loads per thread */
-  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float ra[LA][F], rb[LB][F];
-  float acc[KF_TM][KF_TN];
-  #pragma unroll
-  for (int i = 0; i < KF_TM; ++i) {
-    #pragma unroll
-    for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
-  }
 """
-
-# The tile loads, shared by both kernels: global -> registers -> k-major shared tiles, double buffered.
-_TILE_IO = r"""
-  /* split K (blockIdx.z): this block's part [kb, ke) of K (kchunk, a multiple of BK, for every split but
-     the last) */
-  const int kb = blockIdx.z * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;
-  /* tile element e of an operand of R rows: row r, k offset kk. k-contiguous operands (x (M, K), W
-     (N, K)) run along k, k-major ones (A given (K, M), B given (K, N)) along the rows */
-  auto at = [](int e, int rows, int kmajor, int& r, int& kk) {
-    if (kmajor) {
-      kk = e / (rows / F);
-      r = (e % (rows / F)) * F;
-    } else {
-      r = e / KU;
-      kk = (e % KU) * F;
-    }
-  };
-  /* global -> registers: slice [k0, k0 + BK) of the block's rows of x and W, zeros out of range */
-  auto load = [&](int k0) {
-    #pragma unroll
-    for (int l = 0; l < LA; ++l) {
-      int r, kk;
-      const int e = tid + l * 256;
-      at(e, BM, KF_A_KMAJOR, r, kk);
-      const int gm = m0 + r, gk = k0 + kk;
-      const bool ok = e < AU && gm < M && gk < ke;
-      const float* src = KF_A_KMAJOR ? X + (int64_t)gk * M + gm : X + (int64_t)gm * K + gk;
-      if constexpr (VEC) {
-        const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
-      } else {
-        ra[l][0] = ok ? *src : 0.0f;
-      }
-    }
-    #pragma unroll
-    for (int l = 0; l < LB; ++l) {
-      int r, kk;
-      const int e = tid + l * 256;
-      at(e, BN, KF_B_KMAJOR, r, kk);
-      const int gn = n0 + r, gk = k0 + kk;
-      const bool ok = e < BU && gn < N && gk < ke;
-      const float* src = KF_B_KMAJOR ? W + (int64_t)gk * N + gn : W + (int64_t)gn * K + gk;
-      if constexpr (VEC) {
-        const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
-      } else {
-        rb[l][0] = ok ? *src : 0.0f;
-      }
-    }
-  };
-  /* registers -> shared buffer `b`, k-major ([k][row]): k-contiguous operands are transposed here */
-  auto store = [&](int b) {
-    #pragma unroll
-    for (int l = 0; l < LA; ++l) {
-      int r, kk;
-      const int e = tid + l * 256;
-      at(e, BM, KF_A_KMAJOR, r, kk);
-      if (e < AU) {
-        #pragma unroll
-        for (int u = 0; u < F; ++u) {
-          if (KF_A_KMAJOR) As[b][kk][r + u] = ra[l][u];
-          else As[b][kk + u][r] = ra[l][u];
-        }
-      }
-    }
-    #pragma unroll
-    for (int l = 0; l < LB; ++l) {
-      int r, kk;
-      const int e = tid + l * 256;
-      at(e, BN, KF_B_KMAJOR, r, kk);
-      if (e < BU) {
-        #pragma unroll
-        for (int u = 0; u < F; ++u) {
-          if (KF_B_KMAJOR) Bs[b][kk][r + u] = rb[l][u];
-          else Bs[b][kk + u][r] = rb[l][u];
-        }
-      }
-    }
-  };
-  /* a tile the triangle zeroes skips K */
-  const int slices = KF_TILE_NEEDED ? (ke - kb + BK - 1) / BK : 0;
-  if (slices > 0) {
-    load(kb);
-    store(0);
-  }
-  __syncthreads();
+    + TILE_DECLS
+    + r"""  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
 """
+    + TILE_STATE
+)
 
 _SIMT_LOOP = r"""
   for (int s = 0; s < slices; ++s) {
@@ -391,7 +296,7 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
         f"#define KF_B_KMAJOR {int(plan.matmul and not plan.weight_nk)}  /* B given as (K, N) */",
         f"#define KF_TILE_NEEDED {_tile_needed(plan)}",
         (TC_OPEN if tc else _SIMT_OPEN).rstrip("\n"),
-        _TILE_IO.rstrip("\n"),
+        TILE_IO.rstrip("\n"),
         (TC_LOOP if tc else _SIMT_LOOP).rstrip("\n"),
     ]
     lines += _epilogue(graph, plan, _TC if tc else _SIMT)

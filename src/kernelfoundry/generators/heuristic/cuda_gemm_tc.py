@@ -17,13 +17,16 @@ registers, a few spills; 1 lets it take ~170, one block of 8 warps an SM). Pure 
 
 from __future__ import annotations
 
+from kernelfoundry.generators.heuristic.cuda_gemm_tiles import TILE_DECLS, TILE_STATE
+
 TC_TUNABLES = (
     "// @kf.tunable BK in [8, 16] default 16",
     "// @kf.tunable KF_MIN_BLOCKS in [1, 2] default 2",
 )
 TC_DEFAULTS = {"BK": 16, "KF_MIN_BLOCKS": 2}
 
-TC_OPEN = r"""
+TC_OPEN = (
+    r"""
 static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
 static_assert(KF_MIN_BLOCKS == 1 || KF_MIN_BLOCKS == 2, "KF_MIN_BLOCKS must be 1 or 2");
 #define BM 128
@@ -55,24 +58,14 @@ template <int VEC>
 __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     kf_gemm(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
             const float* __restrict__ bias, float* __restrict__ out, int vec_out, int kchunk) {
-  __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
-  __shared__ __align__(16) float Bs[2][BK][BN + KF_PAD];
-  constexpr int F = VEC ? 4 : 1;  /* floats per load */
-  constexpr int KU = BK / F;  /* loads per tile row (one row of x or W, BK long) */
-  constexpr int AU = BM * KU, BU = BN * KU;  /* loads per tile */
-  constexpr int LA = (AU + 255) / 256, LB = (BU + 255) / 256;  /* loads per thread */
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+"""
+    + TILE_DECLS
+    + r"""  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;  /* the MMA fragments' group and thread in group */
   const int wm = warp >> 2, wn = warp & 3;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  float ra[LA][F], rb[LB][F];
-  float acc[KF_TM][KF_TN];
-  #pragma unroll
-  for (int i = 0; i < KF_TM; ++i) {
-    #pragma unroll
-    for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
-  }
 """
+    + TILE_STATE
+)
 
 TC_LOOP = r"""
   for (int s = 0; s < slices; ++s) {
