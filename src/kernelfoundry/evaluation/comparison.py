@@ -153,6 +153,12 @@ def max_abs_error(out: Any, ref: Any) -> float:
     return worst
 
 
+def proxy_can_decide(tolerance: Tolerance, proxy_error: float) -> bool:
+    """Whether a proxy reference of this measured error may decide anything at this tolerance (its error
+    finite and at most PROXY_ERROR_SHARE of atol): checked before computing a proxy at all."""
+    return math.isfinite(proxy_error) and proxy_error <= PROXY_ERROR_SHARE * tolerance.atol
+
+
 def passes_by_proxy(out: Any, proxy: Any, tolerance: Tolerance, proxy_error: float) -> bool:
     """Whether `out` certainly passes `compare` against the high-precision reference, judged against a
     cheaper reference `proxy` (the task's model in its own dtype on the device, TF32 off) whose largest
@@ -167,9 +173,7 @@ def passes_by_proxy(out: Any, proxy: Any, tolerance: Tolerance, proxy_error: flo
     for the tolerance; the caller compares against the high-precision reference then."""
     import torch
 
-    if not out.dtype.is_floating_point or not math.isfinite(proxy_error):
-        return False
-    if proxy_error > PROXY_ERROR_SHARE * tolerance.atol:
+    if not out.dtype.is_floating_point or not proxy_can_decide(tolerance, proxy_error):
         return False
     if out.numel() == 0:
         return True

@@ -168,7 +168,7 @@ class Evaluation:
             "refreshed_timed_runs": 0,
             "timing_remeasured": 0,  # shapes whose timing cross-check had to measure again
             "screen_runs": 0,
-            "proxy_checks": 0,  # checked timed calls the proxy reference decided (correctness.py)
+            "proxy_checks": 0,  # checked timed calls the proxy reference decided (comparison.py)
             "proxy_escalations": 0,  # ... it could not: the high-precision reference did
         }
         self.screened = False
@@ -444,10 +444,8 @@ class Evaluation:
     def _high_precision(self, state: ShapeState, inputs: list[Any]) -> list[Any]:
         """The reference in float64 (TF32 off); float32 with TF32 off where float64 is unsupported."""
         torch = self.torch
-        tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         try:
-            with torch.no_grad(), self.device.on_stream():
+            with self._tf32_off(), torch.no_grad(), self.device.on_stream():
                 try:
                     wide = [x.to(torch.float64) if _is_float(x) else x for x in inputs]
                     outputs = as_list(state.reference_model(*wide), "the reference")
@@ -463,8 +461,6 @@ class Evaluation:
             raise
         except Exception as exc:
             raise EvaluationFailure(reasons.REFERENCE_ERROR, f"reference forward failed: {exc}") from exc
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         self.reference_dtype = ref_dtype
         result = [o.detach().clone() for o in outputs]
         if state.lean:
@@ -484,18 +480,26 @@ class Evaluation:
         except Exception as exc:
             raise EvaluationFailure(reasons.REFERENCE_ERROR, f"reference forward failed: {exc}") from exc
 
+    @contextlib.contextmanager
+    def _tf32_off(self) -> Any:
+        """torch's TF32 switches (matmul and cuDNN) off for the block, restored after it."""
+        backends = self.torch.backends
+        tf32 = (backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32)
+        backends.cuda.matmul.allow_tf32 = backends.cudnn.allow_tf32 = False
+        try:
+            yield
+        finally:
+            backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32 = tf32
+
     def _proxy(self, state: ShapeState, inputs: list[Any], eager: list[Any] | None = None) -> list[Any]:
         """The proxy reference: the task's model in its own dtype on the device, TF32 off (`eager`
         itself where TF32 is off already: on the CPU, or with torch's flags both off)."""
-        torch = self.torch
-        tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        if eager is not None and (self.request.device == "cpu" or not any(tf32)):
+        backends = self.torch.backends
+        tf32_on = backends.cuda.matmul.allow_tf32 or backends.cudnn.allow_tf32
+        if eager is not None and (self.request.device == "cpu" or not tf32_on):
             return eager
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-        try:
+        with self._tf32_off():
             return [o.detach() for o in self._eager(state, inputs)]
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
     def _proxy_decides(self, state: ShapeState, input_set: InputSet, outputs: list[Any]) -> bool:
         """A checked timed call passed on the proxy reference (comparison.passes_by_proxy), sparing the
@@ -504,6 +508,9 @@ class Evaluation:
         if not self.settings.proxy_checks or history.proxy_error is None or input_set.reference is not None:
             return False
         assert self.tolerance is not None
+        if not comparison.proxy_can_decide(self.tolerance, history.proxy_error):
+            self.counters["proxy_escalations"] += 1  # too coarse a proxy: no forward spent on it
+            return False
         proxy = self._proxy(state, self._values(state, input_set))
         for out, want in zip(outputs, proxy, strict=True):
             if bool(comparison.unwritten_mask(out, want).any().item()) or not comparison.passes_by_proxy(
