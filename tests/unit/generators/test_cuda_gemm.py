@@ -102,7 +102,10 @@ def test_applies_to_a_linear_with_a_pointwise_or_sum_tail(name: str) -> None:
 def test_refuses_softmax_tails_convolutions_and_graphs_without_a_linear(name: str) -> None:
     t = task(name)
     assert not cuda_gemm_applies(capture(t))
-    assert not any(parse_variant(c.source.code).gemm for c in cuda_seeds(t))
+    # a conv's GEMM seeds are the implicit-GEMM conv family's (cuda_conv.py), on tensor cores
+    gemm = [v for c in cuda_seeds(t) if (v := parse_variant(c.source.code)) is not None and v.gemm]
+    assert all(v.tensor_cores for v in gemm) and bool(gemm) == ("conv" in name)
+    assert all("kf_conv_args" in c.source.code for c in cuda_seeds(t) if parse_variant(c.source.code).gemm)
 
 
 @pytest.mark.parametrize(("op", "applies"), [("mean", True), ("sum", True), ("amax", False), ("amin", False)])
@@ -303,7 +306,8 @@ def test_the_tensor_core_seed_follows_the_simt_one_with_3xtf32_mmas_and_its_own_
     assert loop.index("kf_mma(c0, c1, c2, c3, ah, bl") < loop.index("kf_mma(c0, c1, c2, c3, ah, bh")
     assert "float As[2][BK][BM + KF_PAD]" in code and "#define KF_PAD 8" in code
     # the epilogue reads the MMA accumulator layout: rows g and g + 8 of each m16 tile, column pairs
-    assert "const int r = m0 + wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + g;" in code
+    assert "const int r = m0 + wm * (BM / 2) + (i >> 1) * 16 + (i & 1) * 8 + g;" in code
+    assert "#define BM 128" in code and "#define KF_TF32_TERMS 3" in code  # the GEMM's defaults
     assert "part += __shfl_xor_sync(0xffffffffu, part, 1);" in code
     assert "part += __shfl_xor_sync(0xffffffffu, part, 2);" in code
     assert "if (tig == 0 && r < M) atomicAdd(&out[r], part);" in code
@@ -334,7 +338,8 @@ def test_a_bare_matmul_splits_a_long_k_across_blocks_when_its_tiles_are_too_few(
     assert memset < code.index("kf_gemm<1><<<")
     assert "if (c + u < N) atomicAdd(orow + c + u, v[q * 4 + u]);" in code
     assert "const dim3 grid((unsigned)ntiles, (unsigned)mtiles, (unsigned)splits);" in code
-    assert "const int kb = blockIdx.z * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;" in code
+    assert "#define KF_KSPLIT blockIdx.z" in code
+    assert "const int kb = KF_KSPLIT * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;" in code
     # a tail needs the whole sum: no split
     tail = matmul_seeds("torch.relu(A @ B) * 0.5")
     code = next(c.source.code for c in tail if getattr(parse_variant(c.source.code), "gemm", False))

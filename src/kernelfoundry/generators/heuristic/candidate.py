@@ -8,7 +8,8 @@ row splits -> 3; CUDA float4 -> memory 1, __shared__ reduction scratch -> 2, tre
 warp shuffles -> 2, atomics -> 3, online softmax (`m_new`) -> algorithm 2; the CPU GEMM family (a
 register tile `acc[MR][NR]` over KC slices / a local panel) -> memory 3, with `omp simd reduction` row
 tails -> parallelism 2; the CUDA GEMM family (double-buffered `__shared__` tiles, `float acc[TM][TN]`)
--> memory 3, its barriers -> parallelism 1, atomics for a sum / mean tail -> 3. The classifier's fusion
+-> memory 3, its barriers -> parallelism 1, atomics for a sum / mean tail -> 3; the CUDA implicit-GEMM
+conv (tensor cores) -> memory 3, parallelism 2. The classifier's fusion
 rule counts math-op families in the unit, so the algorithm axis otherwise comes from the unit itself.
 """
 
@@ -21,6 +22,7 @@ from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
+from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_plan, cuda_conv_unit
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_plan, cuda_gemm_unit
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
@@ -52,6 +54,9 @@ def descriptors_for(
         assert plan is not None
         rows = plan.step is not None and plan.step.kind != "pointwise" and variant.vectorize
         return Descriptors(memory=3, algorithm=algorithm, parallelism=2 if rows else 0)
+    if backend == "cuda" and variant.gemm and cuda_conv_plan(graph) is not None:
+        # the tensor-core GEMM's tiles (memory 3) and warp-wide MMAs (parallelism 2)
+        return Descriptors(memory=3, algorithm=algorithm, parallelism=2)
     if backend == "cuda" and variant.gemm and cuda_gemm_plan(graph) is not None:
         # double-buffered shared tiles + a register tile; one barrier per K slice, and a sum / mean
         # tail adds each block's row partials with atomicAdd (after half-warp shuffles)
@@ -100,6 +105,12 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
     plan = gemm_plan(graph) if backend == "cpu" and variant.gemm else None
     cplan = conv_plan(graph) if backend == "cpu" and variant.gemm else None
     gplan = cuda_gemm_plan(graph) if backend == "cuda" and variant.gemm else None
+    vplan = cuda_conv_plan(graph) if backend == "cuda" and variant.gemm else None
+    if vplan is not None:
+        code = cuda_conv_unit(graph, vplan, variant, header)
+        return KernelSource(
+            language="cuda", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
+        )
     if gplan is not None:
         code = cuda_gemm_unit(graph, gplan, variant, header)
         return KernelSource(

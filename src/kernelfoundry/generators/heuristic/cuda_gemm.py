@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan, linear_operands, matmul_operands
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_DEFAULTS, TC_LOOP, TC_OPEN, TC_TUNABLES
-from kernelfoundry.generators.heuristic.cuda_gemm_tiles import TILE_DECLS, TILE_IO, TILE_STATE
+from kernelfoundry.generators.heuristic.cuda_gemm_tiles import GEMM_OPERANDS, TILE_DECLS, TILE_IO, TILE_STATE
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -74,8 +74,8 @@ _SIMT = _Layout(
     row_lanes=(8, 4, 2, 1),  # the 16 threads of a row are one half of a warp
     leader="tx == 0",
 )
-_TC = _Layout(
-    row="m0 + wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + g",
+TC_LAYOUT = _Layout(
+    row="m0 + wm * (BM / 2) + (i >> 1) * 16 + (i & 1) * 8 + g",
     col="n0 + wn * 32 + (j >> 1) * 8 + tig * 2 + (j & 1)",
     run=2,
     run_col="n0 + wn * 32 + q * 8 + tig * 2",
@@ -198,36 +198,7 @@ def _epilogue(graph: Graph, plan: GemmPlan, at: _Layout) -> list[str]:
             out.extend(body)
             w(f"      v[j] = {val};")
         w("    }")
-        w("    if (r < M) {")
-        w("      float* __restrict__ orow = out + (int64_t)r * N;")
-        n = at.run
-        if splits_k(plan):
-            w("      if (gridDim.z > 1) {  /* split K: the partial products add into the zeroed output */")
-            w("        #pragma unroll")
-            w(f"        for (int q = 0; q < KF_TN / {n}; ++q) {{")
-            w(f"          const int c = {at.run_col};")
-            w("          #pragma unroll")
-            w(f"          for (int u = 0; u < {n}; ++u)")
-            w(f"            if (c + u < N) atomicAdd(orow + c + u, v[q * {n} + u]);")
-            w("        }")
-            w("        continue;")
-            w("      }")
-        w("      #pragma unroll")
-        w(f"      for (int q = 0; q < KF_TN / {n}; ++q) {{")
-        w(f"        const int c = {at.run_col};")
-        w(f"        if (vec_out && c < N) {{  /* N % 4 == 0: the whole run of {n} is in range */")
-        if n == 4:
-            w("          *reinterpret_cast<float4*>(orow + c) =")
-            w("              make_float4(v[q * 4], v[q * 4 + 1], v[q * 4 + 2], v[q * 4 + 3]);")
-        else:
-            w("          *reinterpret_cast<float2*>(orow + c) = make_float2(v[q * 2], v[q * 2 + 1]);")
-        w("        } else {")
-        w("          #pragma unroll")
-        w(f"          for (int u = 0; u < {n}; ++u)")
-        w(f"            if (c + u < N) orow[c + u] = v[q * {n} + u];")
-        w("        }")
-        w("      }")
-        w("    }")
+        out.extend(store_row(at, splits_k(plan)))
     else:
         src = step.root.args[0]
         assert isinstance(src, Ref)
@@ -247,6 +218,44 @@ def _epilogue(graph: Graph, plan: GemmPlan, at: _Layout) -> list[str]:
         w(f"    if ({at.leader} && r < M) atomicAdd(&out[r], part{scale});")
     w("  }")
     w("}")
+    return out
+
+
+def store_row(at: _Layout, split: bool) -> list[str]:
+    """Stores of accumulator row i's values `v[KF_TN]` to output row r (`out + r * N`): float4 / float2
+    runs where `vec_out`, guarded scalars at the edge; `split`: added atomically when K is split."""
+    out: list[str] = []
+    w = out.append
+    w("    if (r < M) {")
+    w("      float* __restrict__ orow = out + (int64_t)r * N;")
+    n = at.run
+    if split:
+        w("      if (gridDim.z > 1) {  /* split K: the partial products add into the zeroed output */")
+        w("        #pragma unroll")
+        w(f"        for (int q = 0; q < KF_TN / {n}; ++q) {{")
+        w(f"          const int c = {at.run_col};")
+        w("          #pragma unroll")
+        w(f"          for (int u = 0; u < {n}; ++u)")
+        w(f"            if (c + u < N) atomicAdd(orow + c + u, v[q * {n} + u]);")
+        w("        }")
+        w("        continue;")
+        w("      }")
+    w("      #pragma unroll")
+    w(f"      for (int q = 0; q < KF_TN / {n}; ++q) {{")
+    w(f"        const int c = {at.run_col};")
+    w(f"        if (vec_out && c < N) {{  /* N % 4 == 0: the whole run of {n} is in range */")
+    if n == 4:
+        w("          *reinterpret_cast<float4*>(orow + c) =")
+        w("              make_float4(v[q * 4], v[q * 4 + 1], v[q * 4 + 2], v[q * 4 + 3]);")
+    else:
+        w("          *reinterpret_cast<float2*>(orow + c) = make_float2(v[q * 2], v[q * 2 + 1]);")
+    w("        } else {")
+    w("          #pragma unroll")
+    w(f"          for (int u = 0; u < {n}; ++u)")
+    w(f"            if (c + u < N) orow[c + u] = v[q * {n} + u];")
+    w("        }")
+    w("      }")
+    w("    }")
     return out
 
 
@@ -295,11 +304,12 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
         f"#define KF_A_KMAJOR {int(plan.x_transposed)}  /* A given as (K, M) */",
         f"#define KF_B_KMAJOR {int(plan.matmul and not plan.weight_nk)}  /* B given as (K, N) */",
         f"#define KF_TILE_NEEDED {_tile_needed(plan)}",
+        GEMM_OPERANDS.rstrip("\n"),
         (TC_OPEN if tc else _SIMT_OPEN).rstrip("\n"),
         TILE_IO.rstrip("\n"),
         (TC_LOOP if tc else _SIMT_LOOP).rstrip("\n"),
     ]
-    lines += _epilogue(graph, plan, _TC if tc else _SIMT)
+    lines += _epilogue(graph, plan, TC_LAYOUT if tc else _SIMT)
     lines.append("")
     reduce = plan.step is not None and plan.step.kind == "reduction"
     vec = variant.vectorize

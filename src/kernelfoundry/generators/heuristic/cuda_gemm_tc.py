@@ -10,9 +10,11 @@ default) runs a SIMT SGEMM.
 Same block tile (128 x 128, 256 threads), tile loads, double-buffered k-major shared tiles and epilogue
 as the SIMT kernel in cuda_gemm.py; here 8 warps each own a 64 x 32 piece (4 m16 x 4 n8 MMA tiles, 64
 accumulators a thread). The shared rows are padded to 136 floats (8 banks mod 32) so the fragment reads
-of a warp (k = thread-in-group, row = group) hit 32 distinct banks. Tunable: BK (8 or 16: the K slice per
-barrier; one or two k8 steps) and KF_MIN_BLOCKS (blocks an SM must hold: 2 caps a thread at 128
-registers, a few spills; 1 lets it take ~170, one block of 8 warps an SM). Pure strings.
+of a warp (k = thread-in-group, row = group) hit 32 distinct banks. A unit may define BM 64 (warps of
+32 x 32, for few rows: a conv's output channels) and KF_TF32_TERMS 1 (one TF32 product, the precision
+cuDNN runs float32 convs at by default: three times the MMA rate, eager's own error). Tunable: BK (8 or
+16: the K slice per barrier; one or two k8 steps) and KF_MIN_BLOCKS (blocks an SM must hold: 2 caps a
+thread at 128 registers, a few spills; 1 lets it take ~170, one block of 8 warps an SM). Pure strings.
 """
 
 from __future__ import annotations
@@ -29,9 +31,19 @@ TC_OPEN = (
     r"""
 static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
 static_assert(KF_MIN_BLOCKS == 1 || KF_MIN_BLOCKS == 2, "KF_MIN_BLOCKS must be 1 or 2");
+#ifndef BM
 #define BM 128
+#endif
+static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
+#ifndef KF_TF32_TERMS
+#define KF_TF32_TERMS 3
+#endif
+static_assert(KF_TF32_TERMS == 1 || KF_TF32_TERMS == 3, "KF_TF32_TERMS must be 1 or 3");
+#ifndef KF_EXTRA_PARAMS
+#define KF_EXTRA_PARAMS
+#endif
 #define BN 128
-#define KF_TM 8  /* accumulator rows a thread holds: 4 m16 tiles x the two row halves (g, g + 8) */
+#define KF_TM (BM / 16)  /* accumulator rows a thread holds: BM / 32 m16 tiles x the row halves (g, g + 8) */
 #define KF_TN 8  /* accumulator columns: 4 n8 tiles x two adjacent columns (2 tig, 2 tig + 1) */
 #define KF_PAD 8  /* rows of 136 floats: a warp's fragment reads hit 32 distinct banks */
 
@@ -52,12 +64,14 @@ __device__ __forceinline__ void kf_mma(float& c0, float& c1, float& c2, float& c
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* One 128 x 128 tile of the product (then bias and the tail) per block of 256 threads: warp w owns rows
-   (w / 4) * 64 + [0, 64) and columns (w % 4) * 32 + [0, 32). VEC / vec_out as in the SIMT kernel. */
+/* One BM x 128 tile of the product (then bias and the tail) per block of 256 threads: warp w owns rows
+   (w / 4) * BM / 2 + [0, BM / 2) and columns (w % 4) * 32 + [0, 32). VEC / vec_out as in the SIMT
+   kernel; KF_EXTRA_PARAMS: a family's own arguments (a conv's geometry). */
 template <int VEC>
 __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     kf_gemm(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
-            const float* __restrict__ bias, float* __restrict__ out, int vec_out, int kchunk) {
+            const float* __restrict__ bias, float* __restrict__ out, int vec_out,
+            int kchunk KF_EXTRA_PARAMS) {
 """
     + TILE_DECLS
     + r"""  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -81,8 +95,8 @@ TC_LOOP = r"""
         kf_split_tf32(Bs[cur][k8 + tig + 4][c], bh[t][1], bl[t][1]);
       }
       #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        const int r = wm * 64 + mt * 16 + g;
+      for (int mt = 0; mt < KF_TM / 2; ++mt) {
+        const int r = wm * (BM / 2) + mt * 16 + g;
         uint32_t ah[4], al[4];
         kf_split_tf32(As[cur][k8 + tig][r], ah[0], al[0]);
         kf_split_tf32(As[cur][k8 + tig][r + 8], ah[1], al[1]);
@@ -94,8 +108,10 @@ TC_LOOP = r"""
           float& c1 = acc[mt * 2][t * 2 + 1];
           float& c2 = acc[mt * 2 + 1][t * 2];
           float& c3 = acc[mt * 2 + 1][t * 2 + 1];
-          kf_mma(c0, c1, c2, c3, al, bh[t][0], bh[t][1]);  /* the small terms first */
-          kf_mma(c0, c1, c2, c3, ah, bl[t][0], bl[t][1]);
+          if (KF_TF32_TERMS == 3) {  /* the small terms first */
+            kf_mma(c0, c1, c2, c3, al, bh[t][0], bh[t][1]);
+            kf_mma(c0, c1, c2, c3, ah, bl[t][0], bl[t][1]);
+          }
           kf_mma(c0, c1, c2, c3, ah, bh[t][0], bh[t][1]);
         }
       }

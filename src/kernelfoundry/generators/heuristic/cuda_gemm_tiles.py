@@ -1,8 +1,14 @@
 """C text both kernels of the CUDA GEMM family share (cuda_gemm.py's SIMT kernel, cuda_gemm_tc.py's
 tensor-core one): the shared tiles and their load constants, the block's tile origin, load registers and
 accumulators, and the tile loads (global -> registers -> k-major shared tiles, double buffered, split K).
-A kernel supplies BM, BN, BK, KF_PAD, KF_TM, KF_TN, KF_A_KMAJOR, KF_B_KMAJOR and KF_TILE_NEEDED. Pure
-strings.
+A kernel supplies BM, BN, BK, KF_PAD, KF_TM, KF_TN, KF_A_KMAJOR, KF_B_KMAJOR, KF_TILE_NEEDED, KF_KSPLIT
+(the block's split of K: blockIdx.z, or 0 where the grid's z is something else) and KF_B_SRC(gk, gn, ok)
+(the address of B's element (gk, gn); it may clear `ok`: a conv's tap in the padding reads as 0).
+`GEMM_OPERANDS` defines the last two for a matrix B. Pure strings.
+"""
+
+GEMM_OPERANDS = r"""#define KF_KSPLIT blockIdx.z
+#define KF_B_SRC(gk, gn, ok) (KF_B_KMAJOR ? W + (int64_t)(gk) * N + (gn) : W + (int64_t)(gn) * K + (gk))
 """
 
 TILE_DECLS = r"""  __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
@@ -27,7 +33,7 @@ TILE_STATE = r"""  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
 TILE_IO = r"""
   /* split K (blockIdx.z): this block's part [kb, ke) of K (kchunk, a multiple of BK, for every split but
      the last) */
-  const int kb = blockIdx.z * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;
+  const int kb = KF_KSPLIT * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;
   /* tile element e of an operand of R rows: row r, k offset kk. k-contiguous operands (x (M, K), W
      (N, K)) run along k, k-major ones (A given (K, M), B given (K, N)) along the rows */
   auto at = [](int e, int rows, int kmajor, int& r, int& kk) {
@@ -62,8 +68,8 @@ TILE_IO = r"""
       const int e = tid + l * 256;
       at(e, BN, KF_B_KMAJOR, r, kk);
       const int gn = n0 + r, gk = k0 + kk;
-      const bool ok = e < BU && gn < N && gk < ke;
-      const float* src = KF_B_KMAJOR ? W + (int64_t)gk * N + gn : W + (int64_t)gn * K + gk;
+      bool ok = e < BU && gn < N && gk < ke;
+      const float* src = KF_B_SRC(gk, gn, ok);
       if constexpr (VEC) {
         const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;

@@ -33,6 +33,7 @@ from kernelfoundry.generators.base import (
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies, conv_plan
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
+from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_applies, cuda_conv_plan
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
@@ -149,6 +150,22 @@ def cuda_seeds(
         # thread per output row
         bare = gemm.matmul and gemm.step is None
         seeds = [*family, *seeds] if bare else [*seeds, *family]
+    conv = cuda_conv_plan(graph)
+    if conv is not None:
+        tail = ", tail fused into its stores" if conv.step is not None else ""
+        family = [
+            (
+                Variant(gemm=True, tensor_cores=True, tf32=True),
+                f"conv as an implicit GEMM on tensor cores at TF32, cuDNN's own precision{tail}",
+            ),
+            (
+                Variant(gemm=True, tensor_cores=True),
+                f"conv as an implicit GEMM on tensor cores, 3xTF32 at float32 accuracy{tail}",
+            ),
+        ]
+        # a bare conv leads with the family: the alternative is the direct op kernel, one thread an
+        # output; a conv with a tail keeps cuDNN's conv and the fused tail first
+        seeds = [*family, *seeds] if conv.step is None else [*seeds, *family]
     if has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
     if has_rows:
@@ -221,7 +238,9 @@ def gemm_mutation(
     parent = request.parent.source
     if mutation == "fusion":
         on = not variant.gemm
-        changed = variant.with_(gemm=on, tensor_cores=False)
+        # the CUDA conv family runs on tensor cores only
+        tc = on and request.backend == "cuda" and cuda_conv_applies(graph)
+        changed = variant.with_(gemm=on, tensor_cores=tc, tf32=tc)
         why = "linear fused into a tiled GEMM, tail as its epilogue" if on else "linear back in torch"
         return changed, why, HeuristicGenerator._keep_params(graph, task, changed, request)
     declared = {t.name: t for t in parent.tunables}
@@ -382,7 +401,7 @@ class HeuristicGenerator:
         for _ in range(request.count):
             mutation = _pick_mutation(request, rng)
             family = (
-                cuda_gemm_applies(graph)
+                cuda_gemm_applies(graph) or cuda_conv_applies(graph)
                 if backend == "cuda"
                 else backend == "cpu" and (gemm_applies(graph) or conv_applies(graph))
             )

@@ -29,6 +29,8 @@ class Variant:
     # conv (cpu_conv.py); CUDA tiled SGEMM with a pointwise or sum / mean tail (cuda_gemm.py)
     gemm: bool = False
     tensor_cores: bool = False  # CUDA GEMM family: 3xTF32 mma.sync (cuda_gemm_tc.py), not SIMT FMAs
+    # tensor cores at one TF32 product (cuDNN's default precision for float32 convs), not 3xTF32
+    tf32: bool = False
 
     def line(self) -> str:
         data = asdict(self)
@@ -36,6 +38,8 @@ class Variant:
             del data["gemm"]  # units without the GEMM family read exactly as before it existed
         if not self.tensor_cores:
             del data["tensor_cores"]  # likewise units before the tensor-core kernel
+        if not self.tf32:
+            del data["tf32"]
         return "// @kf.variant " + json.dumps(data, sort_keys=True)
 
     def with_(self, **changes: object) -> Variant:

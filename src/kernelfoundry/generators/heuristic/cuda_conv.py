@@ -1,0 +1,266 @@
+"""CUDA implicit-GEMM convolution on tensor cores, the tail fused into its stores.
+
+The CUDA counterpart of cpu_conv.py, for the same plans (`conv_plan`: one Conv1d / Conv2d / Conv3d of
+one group, any stride, padding and dilation, bare or followed by one pointwise step over per-channel
+operands and constants). Per image, the conv is the product out[n] (CO x P) = W (CO x K) * B (K x P)
+with P = OD * OH * OW output pixels, K = CI * KD * KH * KW and B the image's im2col matrix, which is
+never built: the tensor-core kernel of the GEMM family (cuda_gemm_tc.py, with its tile loads from
+cuda_gemm_tiles.py) runs with A = the weight, read as it lies ((CO, K), k-contiguous), and B gathered
+on the fly by each tile load: a thread owns one output pixel (one column of the B tile) for the whole
+K loop, its (od, oh, ow) decoded once; each k = (ci, kd, kh, kw) is decoded by division by the baked
+tap counts, and a tap in the padding loads 0. Neighbouring threads load neighbouring pixels, so a
+stride-1 conv's loads coalesce. The grid's z is the image.
+
+Output rows are channels: the epilogue adds the bias (per row), applies the tail with the per-channel
+operands indexed by the row, and stores each row's pixels contiguously (float2 runs where P % 4 == 0).
+
+Precision: torch runs float32 convolutions through cuDNN with TF32 allowed (its default), so eager's
+own error, and with it the judge's tolerance floor, is TF32's. The `tf32` variant multiplies once in
+TF32 (KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. Tunables:
+BM (64 or 128 output channels a block: 64 wastes no rows where CO <= 64), BK (8 or 16), KF_MIN_BLOCKS.
+Pure string building.
+"""
+
+from __future__ import annotations
+
+from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
+from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
+from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_LOOP, TC_OPEN
+from kernelfoundry.generators.heuristic.cuda_gemm_tiles import TILE_IO
+from kernelfoundry.generators.heuristic.graph import Graph, Ref
+from kernelfoundry.generators.heuristic.opkernels import CONV_MODULES
+from kernelfoundry.generators.heuristic.plan import Leaf
+from kernelfoundry.generators.heuristic.prelude import PRELUDE
+from kernelfoundry.generators.heuristic.stepexpr import emit
+from kernelfoundry.generators.heuristic.variant import Variant
+
+_AXES = ("D", "H", "W")
+
+
+def cuda_conv_plan(graph: Graph) -> ConvPlan | None:
+    """The conv plan when the CUDA conv family applies (the CPU family's plans, whose module's kernel
+    size is known), else None."""
+    plan = conv_plan(graph)
+    if plan is None or _kernel_size(graph, plan) is None:
+        return None
+    return plan
+
+
+def cuda_conv_applies(graph: Graph) -> bool:
+    return cuda_conv_plan(graph) is not None
+
+
+def _kernel_size(graph: Graph, plan: ConvPlan) -> tuple[int, int, int] | None:
+    """The module's kernel size as (depth, height, width), 1 for a dim the conv lacks."""
+    fx = plan.conv.fx_node
+    mod = graph.modules.get(str(fx.target)) if fx is not None else None
+    if mod is None or type(mod).__name__ not in CONV_MODULES:
+        return None
+    size = mod.kernel_size
+    values = tuple(size) if isinstance(size, tuple | list) else (size,) * plan.dims
+    if len(values) != plan.dims or not all(isinstance(v, int) and v > 0 for v in values):
+        return None
+    full = (1,) * (3 - plan.dims) + tuple(int(v) for v in values)
+    return full[0], full[1], full[2]
+
+
+def _tunables(out_channels: int) -> tuple[str, ...]:
+    bm = 64 if out_channels <= 64 else 128
+    return (
+        f"// @kf.tunable BM in [64, 128] default {bm}",
+        "// @kf.tunable BK in [8, 16] default 16",
+        "// @kf.tunable KF_MIN_BLOCKS in [1, 2] default 2",
+    )
+
+
+def _geometry_defines(plan: ConvPlan, kernel: tuple[int, int, int]) -> list[str]:
+    lines = []
+    for axis, k, s, p, d in zip(_AXES, kernel, plan.stride, plan.padding, plan.dilation, strict=True):
+        lines.append(f"#define KF_K{axis} {k}")
+        lines.append(f"#define KF_S{axis} {s}")
+        lines.append(f"#define KF_P{axis} {p}")
+        lines.append(f"#define KF_D{axis} {d}")
+    lines.append("#define KF_TAPS (KF_KD * KF_KH * KF_KW)")
+    return lines
+
+
+# The image's planes, this thread's output pixel, and B's source: the im2col gather.
+_GATHER = r"""
+  static_assert(256 % BN == 0, "a thread's B column must not change between its loads");
+  const int64_t image = blockIdx.z;
+  W += image * geo.CI * (int64_t)geo.ID * geo.IH * geo.IW;  /* this image's input */
+  out += image * (int64_t)M * N;  /* its output: CO rows of P pixels */
+  /* the output pixel of this thread's B column (tile loads: element e is column e % BN) */
+  const int px = n0 + tid % BN;
+  const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
+  const int d0 = pd * KF_SD - KF_PD, h0 = ph * KF_SH - KF_PH, w0 = pw * KF_SW - KF_PW;
+  /* im2col element (k, px): k = (ci, kd, kh, kw) in the weight's order; a tap in the padding reads 0 */
+  auto im2col = [&](int k, bool& ok) -> const float* {
+    const int ci = k / KF_TAPS, t = k - ci * KF_TAPS;
+    const int d = d0 + t / (KF_KH * KF_KW) * KF_DD;
+    const int h = h0 + t / KF_KW % KF_KH * KF_DH;
+    const int w = w0 + t % KF_KW * KF_DW;
+    ok = ok && d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW;
+    return ok ? W + (((int64_t)ci * geo.ID + d) * geo.IH + h) * geo.IW + w : W;
+  };
+"""
+
+
+def _args_struct(plan: ConvPlan) -> str:
+    """The kernel's own argument: the sizes read from the tensors at run time (the filter's taps,
+    stride, padding and dilation are baked) and the tail's per-channel operands and constants."""
+    fields = ["  int CI, ID, IH, IW, OD, OH, OW;"]
+    fields += [f"  const float* C{k};" for k in range(len(plan.channel_leaves))]
+    fields += [f"  float S{k};" for k in range(len(plan.scalar_leaves))]
+    return "\n".join(
+        [
+            "struct kf_conv_args {",
+            *fields,
+            "};",
+            "#define KF_EXTRA_PARAMS , const kf_conv_args geo",
+            "#define KF_KSPLIT 0  /* the grid's z is the image; K is never split */",
+            "#define KF_B_SRC(gk, gn, ok) im2col(gk, ok)",
+        ]
+    )
+
+
+def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
+    """Per accumulator row (an output channel): bias, the tail with the row's per-channel operands, the
+    row's stores."""
+    conv = plan.conv.name
+    channel = {name: f"C{k}" for k, name in enumerate(plan.channel_leaves)}
+    scalar = {name: f"S{k}" for k, name in enumerate(plan.scalar_leaves)}
+
+    def load(leaf: Leaf) -> str:
+        if leaf.name == conv:
+            return "y"
+        if leaf.name in channel:
+            return f"geo.{channel[leaf.name]}[rc]"
+        return f"geo.{scalar[leaf.name]}"
+
+    out: list[str] = []
+    w = out.append
+    w("  #pragma unroll")
+    w("  for (int i = 0; i < KF_TM; ++i) {")
+    w(f"    const int r = {TC_LAYOUT.row};")
+    w("    const int rc = r < M ? r : M - 1;  /* rows past CO store nothing; read a valid channel */")
+    w("    const float cb = bias ? bias[rc] : 0.0f;")
+    w("    float v[KF_TN];")
+    w("    #pragma unroll")
+    w("    for (int j = 0; j < KF_TN; ++j) {")
+    w("      const float y = acc[i][j] + cb;")
+    if plan.step is None:
+        w("      v[j] = y;")
+    else:
+        body, val = emit(graph, plan.step, Ref(plan.step.root.name), load, indent="      ")
+        out.extend(body)
+        w(f"      v[j] = {val};")
+    w("    }")
+    out.extend(store_row(TC_LAYOUT, False))
+    w("  }")
+    w("}")
+    return out
+
+
+def _operand_lines(plan: ConvPlan, kernel: tuple[int, int, int]) -> list[str]:
+    """Entry-point lines that check every input against the plan and compute the output's sizes."""
+    idx = {name: i for i, name in enumerate(plan.inputs)}
+    d = plan.dims
+    out = [f"  if (n_inputs != {len(plan.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;"]
+    out.append("  kf_shape sx, sw, so;")
+    for var, name in (("sx", plan.x), ("sw", plan.weight)):
+        i = idx[name]
+        out.append(f"  if (!kf_tensor_ok(&inputs[{i}]) || !kf_shape_of(&inputs[{i}], &{var}) ||")
+        out.append(f"      {var}.nd != {d + 2}) return KF_ERR_BAD_ARGUMENTS;")
+    spatial = _AXES[3 - d :]
+    out.append("  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[0];")
+    for axis in _AXES:
+        at = f"sx.d[{2 + spatial.index(axis)}]" if axis in spatial else "1"
+        out.append(f"  const int64_t I{axis} = {at};")
+    taps = " || ".join(f"sw.d[{2 + i}] != KF_K{axis}" for i, axis in enumerate(spatial))
+    out.append(f"  if (sw.d[1] != CI || {taps}) return KF_ERR_BAD_ARGUMENTS;")
+    for axis in _AXES:
+        # the padded input less the dilated filter's extent: negative where the filter does not fit
+        room = f"I{axis} + 2 * KF_P{axis} - (KF_D{axis} * (KF_K{axis} - 1) + 1)"
+        out.append(f"  const int64_t R{axis} = {room};")
+        out.append(f"  const int64_t O{axis} = R{axis} < 0 ? 0 : R{axis} / KF_S{axis} + 1;")
+    out.append("  if (OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
+    out.append(f"  const float* X = KF_DATA(const float, &inputs[{idx[plan.x]}]);")
+    out.append(f"  const float* Wt = KF_DATA(const float, &inputs[{idx[plan.weight]}]);")
+    out.append("  const float* B = nullptr;")
+    if plan.bias:
+        out += _per_channel(idx[plan.bias], "sb", "B")
+    for k, name in enumerate(plan.channel_leaves):
+        out += _per_channel(idx[name], f"sc{k}", f"C{k}")
+    for k, name in enumerate(plan.scalar_leaves):
+        out.append(f"  if (!kf_tensor_ok(&inputs[{idx[name]}])) return KF_ERR_BAD_ARGUMENTS;")
+        out.append(f"  const float S{k} = KF_DATA(const float, &inputs[{idx[name]}])[0];")
+    names = ("OD", "OH", "OW")[3 - d :]
+    dims = " || ".join(f"so.d[{2 + i}] != {v}" for i, v in enumerate(names))
+    out.append("  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_of(&outputs[0], &so) ||")
+    out.append(f"      so.nd != {d + 2} || so.d[0] != NB || so.d[1] != CO || {dims})")
+    out.append("    return KF_ERR_BAD_ARGUMENTS;")
+    out.append("  float* O = KF_DATA(float, &outputs[0]);")
+    return out
+
+
+def _per_channel(index: int, shape: str, var: str) -> list[str]:
+    declare = "" if var == "B" else "const float* "
+    return [
+        f"  kf_shape {shape};",
+        f"  if (!kf_tensor_ok(&inputs[{index}]) || !kf_shape_of(&inputs[{index}], &{shape}) ||",
+        f"      kf_prod(&{shape}, 0, {shape}.nd) != CO) return KF_ERR_BAD_ARGUMENTS;",
+        f"  {declare}{var} = KF_DATA(const float, &inputs[{index}]);",
+    ]
+
+
+def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str]) -> str:
+    """The whole .cu unit: tunables, prelude, the implicit-GEMM kernel with its epilogue, `kf_forward`."""
+    kernel = _kernel_size(graph, plan)
+    assert kernel is not None
+    out_channels = int(plan.conv.shape[1])
+    lines = [*header, variant.line(), *_tunables(out_channels)]
+    defaults = {"BM": 64 if out_channels <= 64 else 128, "BK": 16, "KF_MIN_BLOCKS": 2}
+    for name, value in defaults.items():
+        lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
+    lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
+    lines += [
+        f"#define KF_TF32_TERMS {1 if variant.tf32 else 3}  /* TF32 products a term (1: cuDNN's) */",
+        "#define KF_A_KMAJOR 0  /* the weight, (CO, K) */",
+        "#define KF_B_KMAJOR 1  /* im2col, (K, P): a tile load runs along the pixels */",
+        "#define KF_TILE_NEEDED 1",
+        *_geometry_defines(plan, kernel),
+        _args_struct(plan),
+        TC_OPEN.rstrip("\n"),
+        _GATHER.rstrip("\n"),
+        TILE_IO.rstrip("\n"),
+        TC_LOOP.rstrip("\n"),
+    ]
+    lines += _epilogue(graph, plan)
+    lines.append("")
+    w = lines.append
+    w("KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
+    w("                         int32_t n_outputs, void* stream) {")
+    w("  cudaStream_t st = (cudaStream_t)stream;")
+    lines += _operand_lines(plan, kernel)
+    w("  const int64_t P = OD * OH * OW, K = CI * KF_TAPS;")
+    w("  const int64_t limit = ((int64_t)1 << 31) - 1;")
+    w("  if (P > limit - BN || K > limit || CO > limit || CI * ID * IH * IW > limit)")
+    w("    return KF_ERR_UNSUPPORTED;")
+    w("  if (NB == 0 || CO == 0) return KF_OK;")
+    w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (CO + BM - 1) / BM;")
+    w("  if (ctiles > 65535 || NB > 65535) return KF_ERR_UNSUPPORTED;")
+    tail = [f"C{k}" for k in range(len(plan.channel_leaves))]
+    tail += [f"S{k}" for k in range(len(plan.scalar_leaves))]
+    sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW"
+    w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
+    w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
+    w("  const dim3 grid((unsigned)ptiles, (unsigned)ctiles, (unsigned)NB);")
+    w("  /* K = 0 (no input channels): one empty slice, zeros plus the tail */")
+    w("  const int kchunk = K > 0 ? (int)K : 1;")
+    w("  kf_gemm<0><<<grid, 256, 0, st>>>((int)CO, (int)P, (int)K, Wt, X, B, O, vec_out, kchunk, geo);")
+    w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")
+    w("  return KF_OK;")
+    w("}")
+    w("")
+    return "\n".join(lines)

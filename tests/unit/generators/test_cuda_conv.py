@@ -1,0 +1,128 @@
+"""The CUDA implicit-GEMM conv family (cuda_conv.py): where it applies, what its unit declares, gathers
+and launches, how the proposer orders and reaches it. Pure strings: nothing is compiled or run here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelfoundry.generators.base import GeneratedCandidate, GenerationRequest, ParentKernel
+from kernelfoundry.generators.heuristic import HeuristicGenerator, capture, parse_variant
+from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_applies
+from kernelfoundry.tasks.model import ShapeVariant, Task
+
+TASKS = Path(__file__).resolve().parents[3] / "tasks"
+
+_CONV = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = {module}
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def conv_task(module: str, shape: str, expr: str = "self.conv(x)") -> Task:
+    return Task("conv", _CONV.format(module=module, expr=expr, shape=shape))
+
+
+def seeds(t: Task) -> list[GeneratedCandidate]:
+    result = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16))
+    assert not result.error, result.message
+    return list(result.candidates)
+
+
+def family(t: Task) -> list[GeneratedCandidate]:
+    return [c for c in seeds(t) if (v := parse_variant(c.source.code)) is not None and v.gemm]
+
+
+def test_a_bare_conv_leads_with_one_tf32_product_then_3xtf32() -> None:
+    found = seeds(conv_task("nn.Conv2d(3, 5, 3, stride=2, padding=1, dilation=2)", "2, 3, 13, 11"))
+    first, second = (parse_variant(c.source.code) for c in found[:2])
+    assert first is not None and first.gemm and first.tensor_cores and first.tf32
+    assert second is not None and second.gemm and second.tensor_cores and not second.tf32
+    assert "#define KF_TF32_TERMS 1" in found[0].source.code
+    assert "#define KF_TF32_TERMS 3" in found[1].source.code
+    for c in found[:2]:
+        assert not c.source.glue and c.source.entry_point == "kf_forward"  # no cuDNN behind it
+        assert (c.strategy.memory, c.strategy.parallelism) == (3, 2)
+
+
+def test_the_geometry_is_baked_and_the_gather_reads_zeros_in_the_padding() -> None:
+    code = family(
+        conv_task("nn.Conv3d(3, 8, (3, 5, 7), stride=(1, 2, 3), padding=(1, 2, 0))", "2, 3, 5, 9, 11")
+    )[0].source.code
+    for define in ("KF_KD 3", "KF_KH 5", "KF_KW 7", "KF_SH 2", "KF_SW 3", "KF_PD 1", "KF_PH 2", "KF_PW 0"):
+        assert f"#define {define}" in code
+    assert "#define KF_B_SRC(gk, gn, ok) im2col(gk, ok)" in code
+    assert "ok = ok && d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW;" in code
+    assert "#define KF_KSPLIT 0" in code  # the grid's z is the image
+    # the output size follows torch's formula, and a filter larger than the padded input is refused
+    assert "const int64_t OW = RW < 0 ? 0 : RW / KF_SW + 1;" in code
+    assert "if (OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;" in code
+    # channels are few: 64 rows a block by default
+    assert "// @kf.tunable BM in [64, 128] default 64" in code
+
+
+def test_the_tail_reads_its_per_channel_operands_by_the_output_row() -> None:
+    t = Task(
+        "level2_conv_batchnorm_relu",
+        (TASKS / "level2_conv_batchnorm_relu.py").read_text(),
+        shapes=(ShapeVariant("small", {"batch_size": 1, "height": 8, "width": 8}),),
+    )
+    found = seeds(t)
+    assert not parse_variant(found[0].source.code).gemm  # cuDNN's conv and the fused tail lead
+    (_, full) = family(t)
+    code = full.source.code
+    assert "const float cb = bias ? bias[rc] : 0.0f;" in code
+    assert "geo.C0[rc]" in code and "geo.C3[rc]" in code  # the BatchNorm statistics and affine
+    assert "(int)OD, (int)OH, (int)OW, C0, C1, C2, C3};" in code  # the kernel's argument carries them
+    assert "// @kf.tunable BM in [64, 128] default 64" in code  # 64 output channels
+
+
+@pytest.mark.parametrize(
+    ("module", "shape"),
+    [
+        ("nn.Conv2d(4, 8, 3, groups=2)", "1, 4, 9, 9"),  # grouped
+        ("nn.ConvTranspose2d(4, 8, 3)", "1, 4, 9, 9"),
+        ("nn.Conv2d(4, 8, 3, padding='same')", "1, 4, 9, 9"),
+        ("nn.Conv2d(4, 8, 3, padding_mode='reflect', padding=1)", "1, 4, 9, 9"),
+    ],
+)
+def test_refuses_what_it_does_not_compute(module: str, shape: str) -> None:
+    t = conv_task(module, shape)
+    assert not cuda_conv_applies(capture(t))
+    # ('same' and reflect padding get no candidate at all yet: the op kernels refuse them too)
+    found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16)).candidates
+    assert not any((v := parse_variant(c.source.code)) is not None and v.gemm for c in found)
+
+
+def test_fusion_of_a_fused_conv_parent_moves_the_conv_into_the_family() -> None:
+    t = Task(
+        "level2_conv_bias_relu",
+        (TASKS / "level2_conv_bias_relu.py").read_text(),
+        shapes=(ShapeVariant("small", {"batch_size": 1, "height": 8, "width": 8}),),
+    )
+    fused = seeds(t)[0]
+    assert not parse_variant(fused.source.code).gemm
+    p = ParentKernel(fused.source, fused.strategy, speedup=1.0, runtime_ms=1.0)
+    req = GenerationRequest("m", t, "cuda", parent=p, mutation="fusion", seed=0)
+    moved = HeuristicGenerator().generate_sync(req).candidates[0]
+    variant = parse_variant(moved.source.code)
+    assert variant is not None and variant.gemm and variant.tensor_cores
+    assert "kf_conv_args" in moved.source.code and not moved.source.glue
