@@ -1,7 +1,8 @@
 """The CUDA implicit-GEMM conv family (cuda_conv.py) builds with nvcc for sm_90 at every tunable
-combination, and on a GPU matches the reference on awkward geometry: Conv1d / Conv2d / Conv3d with
-stride, padding and dilation, channel counts that fill no tile, pixel counts that are no multiple of
-the tile or of 4, a bias or none, and a per-channel tail (inference BatchNorm, ReLU). 3xTF32 is judged at
+combination, and on a GPU matches the reference on awkward geometry: Conv1d / Conv2d / Conv3d and
+their transposes with stride, padding, dilation and groups, channel counts that fill no tile, pixel counts
+that are no multiple of the tile or of 4, a bias or none, and a per-channel tail (inference BatchNorm,
+ReLU). 3xTF32 is judged at
 KernelBench's float32 tolerance; the one-TF32-product variant at TF32's (1e-2): whether cuDNN runs a
 small reference conv in TF32, which sets eager's own error and the judge's floor, is cuDNN's choice."""
 
@@ -56,6 +57,19 @@ CONVS = {  # name: (module, forward expression, input shape)
     "1d_dilated": ("nn.Conv1d(4, 9, 3, stride=3, dilation=4, bias=False)", "self.conv(x)", "2, 4, 301"),
     "3d_padded": ("nn.Conv3d(3, 8, (3, 5, 7), padding=(1, 2, 3))", "self.conv(x)", "2, 3, 5, 9, 11"),
     "pointwise_tail": ("nn.Conv2d(8, 16, 1)", "torch.relu(self.conv(x)) * 0.5", "2, 8, 16, 16"),
+    "2d_grouped": ("nn.Conv2d(6, 9, 3, padding=1, groups=3)", "self.conv(x)", "2, 6, 10, 12"),
+    "t1d": ("nn.ConvTranspose1d(5, 7, 3)", "self.conv(x)", "2, 5, 33"),
+    "t2d_strided": (
+        "nn.ConvTranspose2d(4, 6, (3, 5), stride=(2, 3), padding=(1, 2), output_padding=(1, 0),"
+        " dilation=(2, 1))",
+        "self.conv(x)",
+        "2, 4, 7, 9",
+    ),
+    "t3d_grouped": (
+        "nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1, groups=2, bias=False)",
+        "torch.sigmoid(self.conv(x))",
+        "1, 4, 4, 5, 6",
+    ),
 }
 TF32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
 COMBOS = [

@@ -89,8 +89,10 @@ def test_the_tail_reads_its_per_channel_operands_by_the_output_row() -> None:
     assert not parse_variant(found[0].source.code).gemm  # cuDNN's conv and the fused tail lead
     (_, full) = family(t)
     code = full.source.code
-    assert "const float cb = bias ? bias[rc] : 0.0f;" in code
-    assert "geo.C0[rc]" in code and "geo.C3[rc]" in code  # the BatchNorm statistics and affine
+    assert "const float cb = bias ? bias[cbase + rc] : 0.0f;" in code  # cbase: the group's first
+    assert (
+        "geo.C0[cbase + rc]" in code and "geo.C3[cbase + rc]" in code
+    )  # the BatchNorm statistics and affine
     assert "(int)OD, (int)OH, (int)OW, C0, C1, C2, C3};" in code  # the kernel's argument carries them
     assert "// @kf.tunable BM in [64, 128] default 64" in code  # 64 output channels
 
@@ -98,8 +100,6 @@ def test_the_tail_reads_its_per_channel_operands_by_the_output_row() -> None:
 @pytest.mark.parametrize(
     ("module", "shape"),
     [
-        ("nn.Conv2d(4, 8, 3, groups=2)", "1, 4, 9, 9"),  # grouped
-        ("nn.ConvTranspose2d(4, 8, 3)", "1, 4, 9, 9"),
         ("nn.Conv2d(4, 8, 3, padding='same')", "1, 4, 9, 9"),
         ("nn.Conv2d(4, 8, 3, padding_mode='reflect', padding=1)", "1, 4, 9, 9"),
     ],
@@ -126,3 +126,18 @@ def test_fusion_of_a_fused_conv_parent_moves_the_conv_into_the_family() -> None:
     variant = parse_variant(moved.source.code)
     assert variant is not None and variant.gemm and variant.tensor_cores
     assert "kf_conv_args" in moved.source.code and not moved.source.glue
+
+
+def test_groups_and_transposes_read_their_own_filter_layout() -> None:
+    grouped = family(conv_task("nn.Conv2d(6, 9, 3, groups=3)", "1, 6, 9, 9"))[0].source.code
+    assert "#define KF_GROUPS 3" in grouped
+    assert "#define KF_A_SRC(gm, gk) (X + (int64_t)(gm) * K + (gk))" in grouped  # (CO, CI / G, taps)
+    assert "if (sw.d[1] * KF_GROUPS != CI || CO % KF_GROUPS != 0" in grouped
+    assert "const dim3 grid((unsigned)ptiles, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));" in grouped
+    module = "nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1, groups=2)"
+    transposed = family(conv_task(module, "1, 4, 4, 5, 6"))[0].source.code
+    assert "#define KF_GROUPS 2" in transposed
+    # (CI, CO / G, taps): k = (ci, tap) strides over every output channel's filters
+    assert "(X + ((int64_t)((gk) / KF_TAPS) * M + (gm)) * KF_TAPS + (gk) % KF_TAPS)" in transposed
+    assert "const int64_t OW = (IW - 1) * KF_SW - 2 * KF_PW + KF_DW * (KF_KW - 1) + 1 + 1;" in transposed
+    assert "d % KF_SD == 0" in transposed  # only the taps whose input position divides by the stride

@@ -49,11 +49,16 @@ class ConvPlan:
     channel_leaves: tuple[str, ...]  # per-channel operands of the tail
     scalar_leaves: tuple[str, ...]  # one-element operands of the tail
     inputs: tuple[str, ...]  # entry-point inputs in the reference's order (inputs, parameters, buffers)
-    dims: int = 2  # spatial dims: Conv1d / Conv2d / Conv3d
+    dims: int = 2  # spatial dims: Conv1d / Conv2d / Conv3d (or their transposes)
     # (depth, height, width), a Conv1d / Conv2d's missing dims as stride 1, padding 0, dilation 1
     stride: tuple[int, int, int] = (1, 1, 1)
     padding: tuple[int, int, int] = (0, 0, 0)
     dilation: tuple[int, int, int] = (1, 1, 1)
+    # only from conv_plan(graph, general=True), which the CUDA family reads: the CPU family computes a
+    # forward conv of one group
+    transposed: bool = False
+    groups: int = 1
+    output_padding: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def plain(self) -> bool:
@@ -70,6 +75,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 _CONV_DIMS = {"Conv1d": 1, "Conv2d": 2, "Conv3d": 3}
+_CONV_TRANSPOSE_DIMS = {"ConvTranspose1d": 1, "ConvTranspose2d": 2, "ConvTranspose3d": 3}
 
 
 def _three(value: object, dims: int, fill: int) -> tuple[int, int, int] | None:
@@ -83,20 +89,26 @@ def _three(value: object, dims: int, fill: int) -> tuple[int, int, int] | None:
     return full[0], full[1], full[2]
 
 
-def conv_plan(graph: Graph) -> ConvPlan | None:
-    """The conv + epilogue plan of the graph, or None when the family does not apply."""
+def conv_plan(graph: Graph, general: bool = False) -> ConvPlan | None:
+    """The conv + epilogue plan of the graph, or None when the family does not apply. `general`: also
+    transposed convs and convs of several groups."""
     heavy = [n for n in graph.nodes if n.kind in KEPT_IN_TORCH]
     if len(heavy) != 1 or graph.nodes[0] is not heavy[0] or len(graph.outputs) != 1:
         return None
     conv = heavy[0]
     fx = conv.fx_node
     mod = graph.modules.get(str(fx.target)) if fx is not None and fx.op == "call_module" else None
-    dims = _CONV_DIMS.get(type(mod).__name__) if mod is not None else None
-    if mod is None or dims is None or mod.groups != 1 or mod.padding_mode != "zeros":
+    kind = type(mod).__name__
+    transposed = general and kind in _CONV_TRANSPOSE_DIMS
+    dims = _CONV_TRANSPOSE_DIMS[kind] if transposed else _CONV_DIMS.get(kind)
+    if mod is None or dims is None or (mod.groups != 1 and not general) or mod.padding_mode != "zeros":
+        return None
+    if fx is None or len(fx.args) != 1 or fx.kwargs:  # a transpose's output_size argument
         return None
     stride, padding = _three(mod.stride, dims, 1), _three(mod.padding, dims, 0)
     dilation = _three(mod.dilation, dims, 1)
-    if stride is None or padding is None or dilation is None:
+    extra = _three(mod.output_padding, dims, 0) if transposed else (0, 0, 0)
+    if stride is None or padding is None or dilation is None or extra is None:
         return None
     src = conv.args[0] if conv.args else None
     names = {v.name: v for v in graph.inputs}
@@ -109,6 +121,8 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
         return None
     inputs = tuple(v.name for v in graph.inputs)
     geometry = {"dims": dims, "stride": stride, "padding": padding, "dilation": dilation}
+    if general:
+        geometry.update(transposed=transposed, groups=int(mod.groups), output_padding=extra)
     if graph.nodes == [conv] and graph.outputs == [conv.name]:  # a bare conv, KernelBench's level 1
         return ConvPlan(conv, src.name, weight, bias, None, (), (), inputs, **geometry)  # type: ignore[arg-type]
     try:

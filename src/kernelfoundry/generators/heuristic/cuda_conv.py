@@ -28,7 +28,7 @@ from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_LOOP, TC_OPEN
 from kernelfoundry.generators.heuristic.cuda_gemm_tiles import TILE_IO
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
-from kernelfoundry.generators.heuristic.opkernels import CONV_MODULES
+from kernelfoundry.generators.heuristic.opkernels import CONV_MODULES, CONV_TRANSPOSE_MODULES
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
@@ -40,7 +40,7 @@ _AXES = ("D", "H", "W")
 def cuda_conv_plan(graph: Graph) -> ConvPlan | None:
     """The conv plan when the CUDA conv family applies (the CPU family's plans, whose module's kernel
     size is known), else None."""
-    plan = conv_plan(graph)
+    plan = conv_plan(graph, general=True)
     if plan is None or _kernel_size(graph, plan) is None:
         return None
     return plan
@@ -54,7 +54,7 @@ def _kernel_size(graph: Graph, plan: ConvPlan) -> tuple[int, int, int] | None:
     """The module's kernel size as (depth, height, width), 1 for a dim the conv lacks."""
     fx = plan.conv.fx_node
     mod = graph.modules.get(str(fx.target)) if fx is not None else None
-    if mod is None or type(mod).__name__ not in CONV_MODULES:
+    if mod is None or type(mod).__name__ not in {**CONV_MODULES, **CONV_TRANSPOSE_MODULES}:
         return None
     size = mod.kernel_size
     values = tuple(size) if isinstance(size, tuple | list) else (size,) * plan.dims
@@ -81,19 +81,30 @@ def _geometry_defines(plan: ConvPlan, kernel: tuple[int, int, int]) -> list[str]
         lines.append(f"#define KF_P{axis} {p}")
         lines.append(f"#define KF_D{axis} {d}")
     lines.append("#define KF_TAPS (KF_KD * KF_KH * KF_KW)")
+    lines.append(f"#define KF_GROUPS {plan.groups}")
     return lines
 
 
-# The image's planes, this thread's output pixel, and B's source: the im2col gather.
-_GATHER = r"""
+def _gather(plan: ConvPlan) -> str:
+    """The block's image and group, their planes, this thread's output pixel, and B's source: the
+    im2col gather (a forward conv reads input d0 + kd * DD for output d; a transposed one reads input
+    (d + PD - kd * DD) / SD where that divides)."""
+    head = r"""
   static_assert(256 % BN == 0, "a thread's B column must not change between its loads");
-  const int64_t image = blockIdx.z;
-  W += image * geo.CI * (int64_t)geo.ID * geo.IH * geo.IW;  /* this image's input */
-  out += image * (int64_t)M * N;  /* its output: CO rows of P pixels */
+  const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
+  const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
+  W += (image * geo.CI + group * cig) * (int64_t)geo.ID * geo.IH * geo.IW;  /* the group's input planes */
+  X += group * (int64_t)M * K;  /* its filters: M output channels x K */
+  out += (image * KF_GROUPS + group) * (int64_t)M * N;  /* its output: M channels of P pixels */
+  const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
   /* the output pixel of this thread's B column (tile loads: element e is column e % BN) */
   const int px = n0 + tid % BN;
   const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
-  const int d0 = pd * KF_SD - KF_PD, h0 = ph * KF_SH - KF_PH, w0 = pw * KF_SW - KF_PW;
+"""
+    if not plan.transposed:
+        return (
+            head
+            + r"""  const int d0 = pd * KF_SD - KF_PD, h0 = ph * KF_SH - KF_PH, w0 = pw * KF_SW - KF_PW;
   /* im2col element (k, px): k = (ci, kd, kh, kw) in the weight's order; a tap in the padding reads 0 */
   auto im2col = [&](int k, bool& ok) -> const float* {
     const int ci = k / KF_TAPS, t = k - ci * KF_TAPS;
@@ -104,6 +115,23 @@ _GATHER = r"""
     return ok ? W + (((int64_t)ci * geo.ID + d) * geo.IH + h) * geo.IW + w : W;
   };
 """
+        )
+    return (
+        head
+        + r"""  const int d0 = pd + KF_PD, h0 = ph + KF_PH, w0 = pw + KF_PW;
+  /* the transposed conv's gather: output d takes tap kd from input (d + PD - kd * DD) / SD where that
+     divides and lies in the input; every other tap reads 0 */
+  auto im2col = [&](int k, bool& ok) -> const float* {
+    const int ci = k / KF_TAPS, t = k - ci * KF_TAPS;
+    const int d = d0 - t / (KF_KH * KF_KW) * KF_DD;
+    const int h = h0 - t / KF_KW % KF_KH * KF_DH;
+    const int w = w0 - t % KF_KW * KF_DW;
+    ok = ok && d >= 0 && h >= 0 && w >= 0 && d % KF_SD == 0 && h % KF_SH == 0 && w % KF_SW == 0 &&
+         d / KF_SD < geo.ID && h / KF_SH < geo.IH && w / KF_SW < geo.IW;
+    return ok ? W + (((int64_t)ci * geo.ID + d / KF_SD) * geo.IH + h / KF_SH) * geo.IW + w / KF_SW : W;
+  };
+"""
+    )
 
 
 def _args_struct(plan: ConvPlan) -> str:
@@ -120,8 +148,17 @@ def _args_struct(plan: ConvPlan) -> str:
             "#define KF_EXTRA_PARAMS , const kf_conv_args geo",
             "#define KF_KSPLIT 0  /* the grid's z is the image; K is never split */",
             "#define KF_B_SRC(gk, gn, ok) im2col(gk, ok)",
+            _a_source(plan),
         ]
     )
+
+
+def _a_source(plan: ConvPlan) -> str:
+    """KF_A_SRC: the filter element (output channel gm, k) of the block's group (X points at it)."""
+    if not plan.transposed:  # (CO, CI / G, taps): k-contiguous rows
+        return "#define KF_A_SRC(gm, gk) (X + (int64_t)(gm) * K + (gk))"
+    # (CI, CO / G, taps): an input channel's filters for every output channel, then the taps
+    return "#define KF_A_SRC(gm, gk) (X + ((int64_t)((gk) / KF_TAPS) * M + (gm)) * KF_TAPS + (gk) % KF_TAPS)"
 
 
 def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
@@ -135,7 +172,7 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
         if leaf.name == conv:
             return "y"
         if leaf.name in channel:
-            return f"geo.{channel[leaf.name]}[rc]"
+            return f"geo.{channel[leaf.name]}[cbase + rc]"
         return f"geo.{scalar[leaf.name]}"
 
     out: list[str] = []
@@ -144,7 +181,7 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
     w("  for (int i = 0; i < KF_TM; ++i) {")
     w(f"    const int r = {TC_LAYOUT.row};")
     w("    const int rc = r < M ? r : M - 1;  /* rows past CO store nothing; read a valid channel */")
-    w("    const float cb = bias ? bias[rc] : 0.0f;")
+    w("    const float cb = bias ? bias[cbase + rc] : 0.0f;")
     w("    float v[KF_TN];")
     w("    #pragma unroll")
     w("    for (int j = 0; j < KF_TN; ++j) {")
@@ -173,16 +210,26 @@ def _operand_lines(plan: ConvPlan, kernel: tuple[int, int, int]) -> list[str]:
         out.append(f"  if (!kf_tensor_ok(&inputs[{i}]) || !kf_shape_of(&inputs[{i}], &{var}) ||")
         out.append(f"      {var}.nd != {d + 2}) return KF_ERR_BAD_ARGUMENTS;")
     spatial = _AXES[3 - d :]
-    out.append("  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[0];")
+    taps = " || ".join(f"sw.d[{2 + i}] != KF_K{axis}" for i, axis in enumerate(spatial))
+    if plan.transposed:  # the weight is (CI, CO / G, taps)
+        out.append("  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[1] * KF_GROUPS;")
+        out.append(f"  if (sw.d[0] != CI || CI % KF_GROUPS != 0 || {taps}) return KF_ERR_BAD_ARGUMENTS;")
+    else:  # (CO, CI / G, taps)
+        out.append("  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[0];")
+        out.append(f"  if (sw.d[1] * KF_GROUPS != CI || CO % KF_GROUPS != 0 || {taps})")
+        out.append("    return KF_ERR_BAD_ARGUMENTS;")
     for axis in _AXES:
         at = f"sx.d[{2 + spatial.index(axis)}]" if axis in spatial else "1"
         out.append(f"  const int64_t I{axis} = {at};")
-    taps = " || ".join(f"sw.d[{2 + i}] != KF_K{axis}" for i, axis in enumerate(spatial))
-    out.append(f"  if (sw.d[1] != CI || {taps}) return KF_ERR_BAD_ARGUMENTS;")
-    for axis in _AXES:
-        # the padded input less the dilated filter's extent: negative where the filter does not fit
-        room = f"I{axis} + 2 * KF_P{axis} - (KF_D{axis} * (KF_K{axis} - 1) + 1)"
-        out.append(f"  const int64_t R{axis} = {room};")
+    for axis, extra in zip(_AXES, plan.output_padding, strict=True):
+        span = f"KF_D{axis} * (KF_K{axis} - 1) + 1"  # the dilated filter's extent
+        if plan.transposed:
+            out.append(
+                f"  const int64_t O{axis} = (I{axis} - 1) * KF_S{axis} - 2 * KF_P{axis} + {span} + {extra};"
+            )
+            continue
+        # the padded input less the filter's extent: negative where the filter does not fit
+        out.append(f"  const int64_t R{axis} = I{axis} + 2 * KF_P{axis} - ({span});")
         out.append(f"  const int64_t O{axis} = R{axis} < 0 ? 0 : R{axis} / KF_S{axis} + 1;")
     out.append("  if (OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
     out.append(f"  const float* X = KF_DATA(const float, &inputs[{idx[plan.x]}]);")
@@ -218,7 +265,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     """The whole .cu unit: tunables, prelude, the implicit-GEMM kernel with its epilogue, `kf_forward`."""
     kernel = _kernel_size(graph, plan)
     assert kernel is not None
-    out_channels = int(plan.conv.shape[1])
+    out_channels = int(plan.conv.shape[1]) // plan.groups  # a group's: the GEMM's rows
     lines = [*header, variant.line(), *_tunables(out_channels)]
     defaults = {"BM": 64 if out_channels <= 64 else 128, "BK": 16, "KF_MIN_BLOCKS": 2}
     for name, value in defaults.items():
@@ -226,13 +273,13 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
     lines += [
         f"#define KF_TF32_TERMS {1 if variant.tf32 else 3}  /* TF32 products a term (1: cuDNN's) */",
-        "#define KF_A_KMAJOR 0  /* the weight, (CO, K) */",
+        "#define KF_A_KMAJOR 0  /* the filters: M rows of K (KF_A_SRC) */",
         "#define KF_B_KMAJOR 1  /* im2col, (K, P): a tile load runs along the pixels */",
         "#define KF_TILE_NEEDED 1",
         *_geometry_defines(plan, kernel),
         _args_struct(plan),
         TC_OPEN.rstrip("\n"),
-        _GATHER.rstrip("\n"),
+        _gather(plan).rstrip("\n"),
         TILE_IO.rstrip("\n"),
         TC_LOOP.rstrip("\n"),
     ]
@@ -243,22 +290,22 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w("                         int32_t n_outputs, void* stream) {")
     w("  cudaStream_t st = (cudaStream_t)stream;")
     lines += _operand_lines(plan, kernel)
-    w("  const int64_t P = OD * OH * OW, K = CI * KF_TAPS;")
+    w("  /* per group: M = CO / G output channels, K = CI / G * taps, P pixels */")
+    w("  const int64_t P = OD * OH * OW, M = CO / KF_GROUPS, K = CI / KF_GROUPS * KF_TAPS;")
     w("  const int64_t limit = ((int64_t)1 << 31) - 1;")
-    w("  if (P > limit - BN || K > limit || CO > limit || CI * ID * IH * IW > limit)")
-    w("    return KF_ERR_UNSUPPORTED;")
+    w("  if (P > limit - BN || K > limit || CO > limit) return KF_ERR_UNSUPPORTED;")
     w("  if (NB == 0 || CO == 0) return KF_OK;")
-    w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (CO + BM - 1) / BM;")
-    w("  if (ctiles > 65535 || NB > 65535) return KF_ERR_UNSUPPORTED;")
+    w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
+    w("  if (ctiles > 65535 || NB * KF_GROUPS > 65535) return KF_ERR_UNSUPPORTED;")
     tail = [f"C{k}" for k in range(len(plan.channel_leaves))]
     tail += [f"S{k}" for k in range(len(plan.scalar_leaves))]
     sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW"
     w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
     w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
-    w("  const dim3 grid((unsigned)ptiles, (unsigned)ctiles, (unsigned)NB);")
+    w("  const dim3 grid((unsigned)ptiles, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));")
     w("  /* K = 0 (no input channels): one empty slice, zeros plus the tail */")
     w("  const int kchunk = K > 0 ? (int)K : 1;")
-    w("  kf_gemm<0><<<grid, 256, 0, st>>>((int)CO, (int)P, (int)K, Wt, X, B, O, vec_out, kchunk, geo);")
+    w("  kf_gemm<0><<<grid, 256, 0, st>>>((int)M, (int)P, (int)K, Wt, X, B, O, vec_out, kchunk, geo);")
     w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")
     w("  return KF_OK;")
     w("}")

@@ -2,12 +2,14 @@
 tensor-core one): the shared tiles and their load constants, the block's tile origin, load registers and
 accumulators, and the tile loads (global -> registers -> k-major shared tiles, double buffered, split K).
 A kernel supplies BM, BN, BK, KF_PAD, KF_TM, KF_TN, KF_A_KMAJOR, KF_B_KMAJOR, KF_TILE_NEEDED, KF_KSPLIT
-(the block's split of K: blockIdx.z, or 0 where the grid's z is something else) and KF_B_SRC(gk, gn, ok)
-(the address of B's element (gk, gn); it may clear `ok`: a conv's tap in the padding reads as 0).
-`GEMM_OPERANDS` defines the last two for a matrix B. Pure strings.
+(the block's split of K: blockIdx.z, or 0 where the grid's z is something else), KF_A_SRC(gm, gk) (the
+address of A's element (gm, gk): a transposed conv's filters are not k-contiguous) and KF_B_SRC(gk, gn,
+ok) (the address of B's element (gk, gn); it may clear `ok`: a conv's tap in the padding reads as 0).
+`GEMM_OPERANDS` defines the last three for matrices A and B. Pure strings.
 """
 
 GEMM_OPERANDS = r"""#define KF_KSPLIT blockIdx.z
+#define KF_A_SRC(gm, gk) (KF_A_KMAJOR ? X + (int64_t)(gk) * M + (gm) : X + (int64_t)(gm) * K + (gk))
 #define KF_B_SRC(gk, gn, ok) (KF_B_KMAJOR ? W + (int64_t)(gk) * N + (gn) : W + (int64_t)(gn) * K + (gk))
 """
 
@@ -54,7 +56,7 @@ TILE_IO = r"""
       at(e, BM, KF_A_KMAJOR, r, kk);
       const int gm = m0 + r, gk = k0 + kk;
       const bool ok = e < AU && gm < M && gk < ke;
-      const float* src = KF_A_KMAJOR ? X + (int64_t)gk * M + gm : X + (int64_t)gm * K + gk;
+      const float* src = KF_A_SRC(gm, gk);
       if constexpr (VEC) {
         const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
