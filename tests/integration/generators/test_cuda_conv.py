@@ -98,10 +98,11 @@ def all_tasks(tf32: bool) -> list[Task]:
 
 def conv_source(t: Task, tf32: bool) -> KernelSource:
     """The task's implicit-GEMM conv unit: one TF32 product a term, or 3xTF32."""
-    found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16)).candidates
-    variants = [(c, parse_variant(c.source.code)) for c in found]
-    (unit,) = [c for c, v in variants if v is not None and v.gemm and v.tf32 == tf32]
-    return unit.source
+    result = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16))
+    variants = [(c, parse_variant(c.source.code)) for c in result.candidates]
+    units = [c for c, v in variants if v is not None and v.gemm and v.tf32 == tf32]
+    assert len(units) == 1, (t.name, result.error, result.message, [v for _, v in variants])
+    return units[0].source
 
 
 def with_params(source: KernelSource, params: dict[str, int]) -> KernelSource:

@@ -69,8 +69,11 @@ def test_the_geometry_is_baked_and_the_gather_reads_zeros_in_the_padding() -> No
     )[0].source.code
     for define in ("KF_KD 3", "KF_KH 5", "KF_KW 7", "KF_SH 2", "KF_SW 3", "KF_PD 1", "KF_PH 2", "KF_PW 0"):
         assert f"#define {define}" in code
-    assert "#define KF_B_SRC(gk, gn, ok) im2col(gk, ok)" in code
-    assert "ok = ok && d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW;" in code
+    # one (ci, tap) decode a k row for the thread's four pixels; a tap in the padding reads 0
+    assert "const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;" in code
+    assert "const bool ok = gk < ke && qin[u] && d >= 0 && d < geo.ID && h >= 0 && h < geo.IH" in code
+    assert "rb[j * 4 + u][0] = ok ? __ldg(src + (d * geo.IH + h) * geo.IW + w) : 0.0f;" in code
+    assert "*reinterpret_cast<float4*>(&Bs[b][k4 + 8 * j][c4])" in code  # the four pixels: one store
     assert "#define KF_KSPLIT 0" in code  # the grid's z is the image
     # the output size follows torch's formula, and a filter larger than the padded input is refused
     assert "const int64_t OW = RW < 0 ? 0 : RW / KF_SW + 1;" in code

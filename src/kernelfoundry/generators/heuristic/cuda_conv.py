@@ -1,15 +1,17 @@
 """CUDA implicit-GEMM convolution on tensor cores, the tail fused into its stores.
 
-The CUDA counterpart of cpu_conv.py, for the same plans (`conv_plan`: one Conv1d / Conv2d / Conv3d of
-one group, any stride, padding and dilation, bare or followed by one pointwise step over per-channel
-operands and constants). Per image, the conv is the product out[n] (CO x P) = W (CO x K) * B (K x P)
-with P = OD * OH * OW output pixels, K = CI * KD * KH * KW and B the image's im2col matrix, which is
-never built: the tensor-core kernel of the GEMM family (cuda_gemm_tc.py, with its tile loads from
-cuda_gemm_tiles.py) runs with A = the weight, read as it lies ((CO, K), k-contiguous), and B gathered
-on the fly by each tile load: a thread owns one output pixel (one column of the B tile) for the whole
-K loop, its (od, oh, ow) decoded once; each k = (ci, kd, kh, kw) is decoded by division by the baked
-tap counts, and a tap in the padding loads 0. Neighbouring threads load neighbouring pixels, so a
-stride-1 conv's loads coalesce. The grid's z is the image.
+The CUDA counterpart of cpu_conv.py, for the plans of `conv_plan(graph, general=True)`: one Conv1d /
+Conv2d / Conv3d or transposed conv, any stride, padding, dilation and groups, bare or followed by one
+pointwise step over per-channel operands and constants. Per image and group, the conv is the product out
+(M x P) = W (M x K) * B (K x P) with M = CO / G, P = OD * OH * OW output pixels, K = CI / G * KD * KH * KW
+and B the im2col matrix, which is never built: the tensor-core kernel of the GEMM family (cuda_gemm_tc.py,
+with its tile loads from cuda_gemm_tiles.py) runs with A = the filters (KF_A_SRC: a forward conv's (CO, CI
+/ G, taps) weight is k-contiguous, a transposed one's (CI, CO / G, taps) is not) and B gathered by each
+tile load: a thread owns four neighbouring output pixels (B columns) for the whole K loop, their first
+input positions decoded once; each k row it loads is decoded into (ci, kd, kh, kw) once, by division by
+the baked tap counts, for its four pixels; a tap in the padding (or, transposed, at a position the stride
+does not divide) loads 0. A warp's 32 threads cover 128 neighbouring pixels of one k row, so a stride-1
+conv's loads coalesce, and the four land in shared memory as one float4. The grid's z is (image, group).
 
 Output rows are channels: the epilogue adds the bias (per row), applies the tail with the per-channel
 operands indexed by the row, and stores each row's pixels contiguously (float2 runs where P % 4 == 0).
@@ -26,7 +28,7 @@ from __future__ import annotations
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_LOOP, TC_OPEN
-from kernelfoundry.generators.heuristic.cuda_gemm_tiles import TILE_IO
+from kernelfoundry.generators.heuristic.cuda_gemm_tiles import tile_io
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.opkernels import CONV_MODULES, CONV_TRANSPOSE_MODULES
 from kernelfoundry.generators.heuristic.plan import Leaf
@@ -85,53 +87,81 @@ def _geometry_defines(plan: ConvPlan, kernel: tuple[int, int, int]) -> list[str]
     return lines
 
 
-def _gather(plan: ConvPlan) -> str:
-    """The block's image and group, their planes, this thread's output pixel, and B's source: the
-    im2col gather (a forward conv reads input d0 + kd * DD for output d; a transposed one reads input
-    (d + PD - kd * DD) / SD where that divides)."""
-    head = r"""
-  static_assert(256 % BN == 0, "a thread's B column must not change between its loads");
+def _prologue(plan: ConvPlan) -> str:
+    """The block's image and group and their planes, and the four output pixels this thread gathers B
+    for: their first input position (a forward conv reads input d0 + kd * DD for output d; a transposed
+    one reads (d + PD - kd * DD) / SD where that divides)."""
+    first = (
+        "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
+        if not plan.transposed
+        else "pd + KF_PD, ph + KF_PH, pw + KF_PW"
+    )
+    return (
+        r"""
+  static_assert(BN == 128, "the gather: 32 threads a k row, 4 pixels a thread");
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
-  W += (image * geo.CI + group * cig) * (int64_t)geo.ID * geo.IH * geo.IW;  /* the group's input planes */
+  const int plane = geo.ID * geo.IH * geo.IW;  /* one input channel (fits an int: checked) */
+  W += (image * geo.CI + group * cig) * (int64_t)plane;  /* the group's input channels */
   X += group * (int64_t)M * K;  /* its filters: M output channels x K */
   out += (image * KF_GROUPS + group) * (int64_t)M * N;  /* its output: M channels of P pixels */
   const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
-  /* the output pixel of this thread's B column (tile loads: element e is column e % BN) */
-  const int px = n0 + tid % BN;
-  const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
-"""
-    if not plan.transposed:
-        return (
-            head
-            + r"""  const int d0 = pd * KF_SD - KF_PD, h0 = ph * KF_SH - KF_PH, w0 = pw * KF_SW - KF_PW;
-  /* im2col element (k, px): k = (ci, kd, kh, kw) in the weight's order; a tap in the padding reads 0 */
-  auto im2col = [&](int k, bool& ok) -> const float* {
-    const int ci = k / KF_TAPS, t = k - ci * KF_TAPS;
-    const int d = d0 + t / (KF_KH * KF_KW) * KF_DD;
-    const int h = h0 + t / KF_KW % KF_KH * KF_DH;
-    const int w = w0 + t % KF_KW * KF_DW;
-    ok = ok && d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW;
-    return ok ? W + (((int64_t)ci * geo.ID + d) * geo.IH + h) * geo.IW + w : W;
-  };
-"""
-        )
-    return (
-        head
-        + r"""  const int d0 = pd + KF_PD, h0 = ph + KF_PH, w0 = pw + KF_PW;
-  /* the transposed conv's gather: output d takes tap kd from input (d + PD - kd * DD) / SD where that
-     divides and lies in the input; every other tap reads 0 */
-  auto im2col = [&](int k, bool& ok) -> const float* {
-    const int ci = k / KF_TAPS, t = k - ci * KF_TAPS;
-    const int d = d0 - t / (KF_KH * KF_KW) * KF_DD;
-    const int h = h0 - t / KF_KW % KF_KH * KF_DH;
-    const int w = w0 - t % KF_KW * KF_DW;
-    ok = ok && d >= 0 && h >= 0 && w >= 0 && d % KF_SD == 0 && h % KF_SH == 0 && w % KF_SW == 0 &&
-         d / KF_SD < geo.ID && h / KF_SH < geo.IH && w / KF_SW < geo.IW;
-    return ok ? W + (((int64_t)ci * geo.ID + d / KF_SD) * geo.IH + h / KF_SH) * geo.IW + w / KF_SW : W;
-  };
+  /* this thread's four B columns (output pixels n0 + c4 + u) and the k rows it loads (tid / 32 + 8 j) */
+  const int c4 = (tid & 31) * 4, k4 = tid >> 5;
+  int qd[4], qh[4], qw[4];
+  bool qin[4];
+  #pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int px = n0 + c4 + u;
+    qin[u] = px < N;
+    const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
+    const int first[3] = {"""
+        + first
+        + r"""};
+    qd[u] = first[0];
+    qh[u] = first[1];
+    qw[u] = first[2];
+  }
 """
     )
+
+
+def _b_load(plan: ConvPlan) -> str:
+    """The im2col slice [k0, k0 + BK) of the thread's four pixels: one (ci, tap) decode a k row, four
+    loads (neighbouring threads on neighbouring pixels), zeros in the padding (and, transposed, where
+    the position does not divide by the stride)."""
+    if not plan.transposed:
+        at = "const int d = qd[u] + td, h = qh[u] + th, w = qw[u] + tw;"
+        ok = "d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW"
+        index = "(d * geo.IH + h) * geo.IW + w"
+    else:
+        at = "const int d = qd[u] - td, h = qh[u] - th, w = qw[u] - tw;"
+        ok = (
+            "d >= 0 && h >= 0 && w >= 0 && d % KF_SD == 0 && h % KF_SH == 0 && w % KF_SW == 0 &&\n"
+            "                        d / KF_SD < geo.ID && h / KF_SH < geo.IH && w / KF_SW < geo.IW"
+        )
+        index = "(d / KF_SD * geo.IH + h / KF_SH) * geo.IW + w / KF_SW"
+    return f"""    #pragma unroll
+    for (int j = 0; j < BK / 8; ++j) {{
+      const int gk = k0 + k4 + 8 * j;
+      const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;
+      const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;
+      const float* __restrict__ src = W + (int64_t)ci * plane;
+      #pragma unroll
+      for (int u = 0; u < 4; ++u) {{
+        {at}
+        const bool ok = gk < ke && qin[u] && {ok};
+        rb[j * 4 + u][0] = ok ? __ldg(src + {index}) : 0.0f;
+      }}
+    }}
+"""
+
+
+_B_STORE = r"""    #pragma unroll
+    for (int j = 0; j < BK / 8; ++j)
+      *reinterpret_cast<float4*>(&Bs[b][k4 + 8 * j][c4]) =
+          make_float4(rb[j * 4][0], rb[j * 4 + 1][0], rb[j * 4 + 2][0], rb[j * 4 + 3][0]);
+"""
 
 
 def _args_struct(plan: ConvPlan) -> str:
@@ -147,7 +177,6 @@ def _args_struct(plan: ConvPlan) -> str:
             "};",
             "#define KF_EXTRA_PARAMS , const kf_conv_args geo",
             "#define KF_KSPLIT 0  /* the grid's z is the image; K is never split */",
-            "#define KF_B_SRC(gk, gn, ok) im2col(gk, ok)",
             _a_source(plan),
         ]
     )
@@ -279,8 +308,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         *_geometry_defines(plan, kernel),
         _args_struct(plan),
         TC_OPEN.rstrip("\n"),
-        _gather(plan).rstrip("\n"),
-        TILE_IO.rstrip("\n"),
+        _prologue(plan).rstrip("\n"),
+        tile_io(_b_load(plan), _B_STORE).rstrip("\n"),
         TC_LOOP.rstrip("\n"),
     ]
     lines += _epilogue(graph, plan)
@@ -293,7 +322,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w("  /* per group: M = CO / G output channels, K = CI / G * taps, P pixels */")
     w("  const int64_t P = OD * OH * OW, M = CO / KF_GROUPS, K = CI / KF_GROUPS * KF_TAPS;")
     w("  const int64_t limit = ((int64_t)1 << 31) - 1;")
-    w("  if (P > limit - BN || K > limit || CO > limit) return KF_ERR_UNSUPPORTED;")
+    w("  if (P > limit - BN || K > limit || CO > limit || ID * IH * IW > limit) return KF_ERR_UNSUPPORTED;")
     w("  if (NB == 0 || CO == 0) return KF_OK;")
     w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
     w("  if (ctiles > 65535 || NB * KF_GROUPS > 65535) return KF_ERR_UNSUPPORTED;")

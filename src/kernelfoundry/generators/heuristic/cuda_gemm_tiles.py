@@ -2,15 +2,15 @@
 tensor-core one): the shared tiles and their load constants, the block's tile origin, load registers and
 accumulators, and the tile loads (global -> registers -> k-major shared tiles, double buffered, split K).
 A kernel supplies BM, BN, BK, KF_PAD, KF_TM, KF_TN, KF_A_KMAJOR, KF_B_KMAJOR, KF_TILE_NEEDED, KF_KSPLIT
-(the block's split of K: blockIdx.z, or 0 where the grid's z is something else), KF_A_SRC(gm, gk) (the
-address of A's element (gm, gk): a transposed conv's filters are not k-contiguous) and KF_B_SRC(gk, gn,
-ok) (the address of B's element (gk, gn); it may clear `ok`: a conv's tap in the padding reads as 0).
-`GEMM_OPERANDS` defines the last three for matrices A and B. Pure strings.
+(the block's split of K: blockIdx.z, or 0 where the grid's z is something else) and KF_A_SRC(gm, gk)
+(the address of A's element (gm, gk): a transposed conv's filters are not k-contiguous); with the
+matrix B's loops, KF_B_SRC(gk, gn) too. `GEMM_OPERANDS` defines the last three for matrices A and B; a
+conv replaces B's loops with its im2col gather (`tile_io`). Pure strings.
 """
 
 GEMM_OPERANDS = r"""#define KF_KSPLIT blockIdx.z
 #define KF_A_SRC(gm, gk) (KF_A_KMAJOR ? X + (int64_t)(gk) * M + (gm) : X + (int64_t)(gm) * K + (gk))
-#define KF_B_SRC(gk, gn, ok) (KF_B_KMAJOR ? W + (int64_t)(gk) * N + (gn) : W + (int64_t)(gn) * K + (gk))
+#define KF_B_SRC(gk, gn) (KF_B_KMAJOR ? W + (int64_t)(gk) * N + (gn) : W + (int64_t)(gn) * K + (gk))
 """
 
 TILE_DECLS = r"""  __shared__ __align__(16) float As[2][BK][BM + KF_PAD];
@@ -31,47 +31,16 @@ TILE_STATE = r"""  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   }
 """
 
-# The tile loads: global -> registers -> k-major shared tiles, double buffered.
-TILE_IO = r"""
-  /* split K (blockIdx.z): this block's part [kb, ke) of K (kchunk, a multiple of BK, for every split but
-     the last) */
-  const int kb = KF_KSPLIT * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;
-  /* tile element e of an operand of R rows: row r, k offset kk. k-contiguous operands (x (M, K), W
-     (N, K)) run along k, k-major ones (A given (K, M), B given (K, N)) along the rows */
-  auto at = [](int e, int rows, int kmajor, int& r, int& kk) {
-    if (kmajor) {
-      kk = e / (rows / F);
-      r = (e % (rows / F)) * F;
-    } else {
-      r = e / KU;
-      kk = (e % KU) * F;
-    }
-  };
-  /* global -> registers: slice [k0, k0 + BK) of the block's rows of x and W, zeros out of range */
-  auto load = [&](int k0) {
-    #pragma unroll
-    for (int l = 0; l < LA; ++l) {
-      int r, kk;
-      const int e = tid + l * 256;
-      at(e, BM, KF_A_KMAJOR, r, kk);
-      const int gm = m0 + r, gk = k0 + kk;
-      const bool ok = e < AU && gm < M && gk < ke;
-      const float* src = KF_A_SRC(gm, gk);
-      if constexpr (VEC) {
-        const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
-      } else {
-        ra[l][0] = ok ? *src : 0.0f;
-      }
-    }
-    #pragma unroll
+
+# The matrix B's loops of the tile loads (a GEMM's; a conv has its own).
+GEMM_B_LOAD = r"""    #pragma unroll
     for (int l = 0; l < LB; ++l) {
       int r, kk;
       const int e = tid + l * 256;
       at(e, BN, KF_B_KMAJOR, r, kk);
       const int gn = n0 + r, gk = k0 + kk;
-      bool ok = e < BU && gn < N && gk < ke;
-      const float* src = KF_B_SRC(gk, gn, ok);
+      const bool ok = e < BU && gn < N && gk < ke;
+      const float* src = KF_B_SRC(gk, gn);
       if constexpr (VEC) {
         const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
@@ -79,23 +48,9 @@ TILE_IO = r"""
         rb[l][0] = ok ? *src : 0.0f;
       }
     }
-  };
-  /* registers -> shared buffer `b`, k-major ([k][row]): k-contiguous operands are transposed here */
-  auto store = [&](int b) {
-    #pragma unroll
-    for (int l = 0; l < LA; ++l) {
-      int r, kk;
-      const int e = tid + l * 256;
-      at(e, BM, KF_A_KMAJOR, r, kk);
-      if (e < AU) {
-        #pragma unroll
-        for (int u = 0; u < F; ++u) {
-          if (KF_A_KMAJOR) As[b][kk][r + u] = ra[l][u];
-          else As[b][kk + u][r] = ra[l][u];
-        }
-      }
-    }
-    #pragma unroll
+"""
+
+GEMM_B_STORE = r"""    #pragma unroll
     for (int l = 0; l < LB; ++l) {
       int r, kk;
       const int e = tid + l * 256;
@@ -108,12 +63,72 @@ TILE_IO = r"""
         }
       }
     }
-  };
+"""
+
+_TILE_IO = r"""
+  /* split K (blockIdx.z): this block's part [kb, ke) of K (kchunk, a multiple of BK, for every split but
+     the last) */
+  const int kb = KF_KSPLIT * kchunk, ke = K - kb < kchunk ? K : kb + kchunk;
+  /* tile element e of an operand of R rows: row r, k offset kk. k-contiguous operands (x (M, K), W
+     (N, K)) run along k, k-major ones (A given (K, M), B given (K, N)) along the rows */
+  auto at = [](int e, int rows, int kmajor, int& r, int& kk) {{
+    if (kmajor) {{
+      kk = e / (rows / F);
+      r = (e % (rows / F)) * F;
+    }} else {{
+      r = e / KU;
+      kk = (e % KU) * F;
+    }}
+  }};
+  /* global -> registers: slice [k0, k0 + BK) of the block's rows of x and W, zeros out of range */
+  auto load = [&](int k0) {{
+    #pragma unroll
+    for (int l = 0; l < LA; ++l) {{
+      int r, kk;
+      const int e = tid + l * 256;
+      at(e, BM, KF_A_KMAJOR, r, kk);
+      const int gm = m0 + r, gk = k0 + kk;
+      const bool ok = e < AU && gm < M && gk < ke;
+      const float* src = KF_A_SRC(gm, gk);
+      if constexpr (VEC) {{
+        const float4 v = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
+      }} else {{
+        ra[l][0] = ok ? *src : 0.0f;
+      }}
+    }}
+{b_load}  }};
+  /* registers -> shared buffer `b`, k-major ([k][row]): k-contiguous operands are transposed here */
+  auto store = [&](int b) {{
+    #pragma unroll
+    for (int l = 0; l < LA; ++l) {{
+      int r, kk;
+      const int e = tid + l * 256;
+      at(e, BM, KF_A_KMAJOR, r, kk);
+      if (e < AU) {{
+        #pragma unroll
+        for (int u = 0; u < F; ++u) {{
+          if (KF_A_KMAJOR) As[b][kk][r + u] = ra[l][u];
+          else As[b][kk + u][r] = ra[l][u];
+        }}
+      }}
+    }}
+{b_store}  }};
   /* a tile the triangle zeroes skips K */
   const int slices = KF_TILE_NEEDED ? (ke - kb + BK - 1) / BK : 0;
-  if (slices > 0) {
+  if (slices > 0) {{
     load(kb);
     store(0);
-  }
+  }}
   __syncthreads();
 """
+
+
+def tile_io(b_load: str = GEMM_B_LOAD, b_store: str = GEMM_B_STORE) -> str:
+    """The tile loads: global -> registers -> k-major shared tiles, double buffered. `b_load` (inside
+    `load(k0)`: fill rb[LB][F] with slice [k0, k0 + BK) of the block's B columns) and `b_store` (inside
+    `store(b)`: rb into Bs[b]) replace the matrix B's loops (a conv gathers its im2col tile)."""
+    return _TILE_IO.format(b_load=b_load.rstrip("\n") + "\n", b_store=b_store.rstrip("\n") + "\n")
+
+
+TILE_IO = tile_io()
