@@ -2,7 +2,8 @@
 operand transposed (`.T`, `.t()`, `transpose(0, 1)`; an einsum contracting A's last dim with a matrix), A
 of any rank (its leading dims are the rows), alone, with a fused tail, or keeping one triangle
 (`torch.triu` / `torch.tril`); and a conv (`nn.Conv1d` / `Conv2d` / `Conv3d`, any stride, padding and
-dilation, one group; bare or with a per-channel pointwise tail) as an implicit GEMM. Every
+dilation and groups, or their transposes; bare or with a per-channel pointwise tail) as an implicit
+GEMM. Every
 such seed compiles with g++ and matches torch at odd sizes (ragged register tiles and panels) and at
 every register and cache block the sweep may pick; what the family does not serve (a matmul of a
 parameter, a tail that is not row-wise, a 3-D right operand) gets no GEMM seed."""
@@ -233,6 +234,60 @@ def test_convs_of_any_dims_stride_padding_and_dilation_get_the_implicit_gemm_and
     seeds = [c for c in result.candidates if "implicit GEMM" in c.rationale]
     assert seeds and not seeds[0].source.glue
     if fields["body"] == "self.conv(x)":
+        assert result.candidates[0] is seeds[0]  # a bare conv leads with it
+    for blocks in ({}, {"MR": 4, "NV": 1}):
+        run(seeds[0].source, task, tmp_path, blocks)
+
+
+MODULE_CONV = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = {module}
+
+    def forward(self, x):
+        return {body}
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+def get_init_inputs():
+    return []
+"""
+GROUPED_AND_TRANSPOSED = {  # module, input shape, forward body
+    "2d_grouped": ("nn.Conv2d(6, 9, 3, padding=1, groups=3)", "2, 6, 10, 12", "self.conv(x)"),
+    "t1d": ("nn.ConvTranspose1d(5, 7, 3)", "2, 5, 33", "self.conv(x)"),
+    "t2d_strided_dilated": (
+        "nn.ConvTranspose2d(4, 6, (3, 5), stride=(2, 3), padding=(1, 2), output_padding=(1, 0),"
+        " dilation=(2, 1))",
+        "2, 4, 7, 9",
+        "self.conv(x)",
+    ),
+    "t3d_grouped_tail": (
+        "nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1, groups=2, bias=False)",
+        "1, 4, 4, 5, 6",
+        "torch.sigmoid(self.conv(x))",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED_AND_TRANSPOSED))
+def test_grouped_and_transposed_convs_get_the_implicit_gemm_and_match_torch(
+    name: str, tmp_path: Path
+) -> None:
+    module, shape, body = GROUPED_AND_TRANSPOSED[name]
+    task = Task(
+        f"conv_{name}",
+        MODULE_CONV.format(module=module, shape=shape, body=body),
+        shapes=(ShapeVariant("odd", {}),),
+    )
+    result = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cpu", count=4))
+    seeds = [c for c in result.candidates if "implicit GEMM" in c.rationale]
+    assert seeds and not seeds[0].source.glue
+    if body == "self.conv(x)":
         assert result.candidates[0] is seeds[0]  # a bare conv leads with it
     for blocks in ({}, {"MR": 4, "NV": 1}):
         run(seeds[0].source, task, tmp_path, blocks)

@@ -1,19 +1,24 @@
-"""CPU direct convolution with a fused epilogue: `nn.Conv2d` followed by a per-channel pointwise tail.
+"""CPU implicit-GEMM convolution with a fused epilogue: a conv followed by a per-channel pointwise tail.
 
-Applies when the graph is one `nn.Conv2d` (stride 1, no padding, no dilation, one group) on a 4-D input
-followed by one fused pointwise step whose operands are the conv's output, per-channel tensors (a bias
-of shape (C, 1, 1), inference BatchNorm statistics) and constants. The unit takes the reference's input,
-parameters and buffers straight (no glue), and the conv output never exists in memory before its tail.
+Applies when the graph is one `nn.Conv1d` / `Conv2d` / `Conv3d` or `ConvTranspose1d` / `2d` / `3d` (any
+stride, padding, dilation, output padding and groups; zero padding) on its input, alone or followed by
+one fused pointwise step whose operands are the conv's output, per-channel tensors (a bias of shape (C,
+1, 1), inference BatchNorm statistics) and constants. The unit takes the reference's input, parameters
+and buffers straight (no glue), and the conv output never exists in memory before its tail. The plan
+(`conv_plan`) is the CUDA conv family's too (cuda_conv.py).
 
-The convolution is an implicit GEMM: out[n, co, oh, ow0 + j] = sum over k = (ci, kh, kw) of
-w[co, k] * x[n, ci, oh + kh, ow0 + j + kw]. For a fixed output row and k the NR = 16*NV inputs are
-contiguous in x, so the k-major B panel is read in place (`koff[k]` offsets into one image), with no
-im2col buffer; only a ragged last tile of a row is staged in a zero-padded local `panel`. Work is split
-over (image, output row) across threads; per row, every tile of NR columns is multiplied by MR output
-channels at a time in a register tile (`float acc[MR][NR]`, stored once to an L1 `ctile`), and the
-tail (bias, BatchNorm, activation) is applied on the way from `ctile` to the output, its only store.
-Tunables: MR and NV (the register tile, defaults 8 x 32 as in the GEMM family), KF_FAST_MATH,
-KF_DISPATCH. Pure string building: never compiles or runs what it emits.
+The convolution is an implicit GEMM: out[n, co, od, oh, ow0 + j] = sum over k = (ci, kd, kh, kw) of the
+group's w[co, k] * the input under tap k. A plain 2-D conv (stride 1, no padding or dilation, one group)
+reads the k-major B panel in place (`koff[k]` offsets into one image: for a fixed output row and k the
+NR = 16*NV inputs are contiguous), staging only a ragged last tile in a zero-padded local `panel`; any
+other gathers each (output row, group, column tile)'s im2col `panel` once (zeros in the padding; a
+transposed conv reads input (o + p - k * d) / s where that divides, and its filters are first copied
+into (CO, KK) rows) for all the group's channel blocks. Work is split over (image, output row) across
+threads; every tile of NR columns is multiplied by MR output channels at a time in a register tile
+(`float acc[MR][NR]`, stored once to an L1 `ctile`), and the tail (bias, BatchNorm, activation) is
+applied on the way from `ctile` to the output, its only store. Tunables: MR and NV (the register tile,
+defaults 8 x 32 as in the GEMM family), KF_FAST_MATH, KF_DISPATCH. Pure string building: never compiles
+or runs what it emits.
 """
 
 from __future__ import annotations
@@ -54,9 +59,7 @@ class ConvPlan:
     stride: tuple[int, int, int] = (1, 1, 1)
     padding: tuple[int, int, int] = (0, 0, 0)
     dilation: tuple[int, int, int] = (1, 1, 1)
-    # only from conv_plan(graph, general=True), which the CUDA family reads: the CPU family computes a
-    # forward conv of one group
-    transposed: bool = False
+    transposed: bool = False  # a ConvTranspose1d / 2d / 3d
     groups: int = 1
     output_padding: tuple[int, int, int] = (0, 0, 0)
 
@@ -64,7 +67,7 @@ class ConvPlan:
     def plain(self) -> bool:
         """A 2-D conv of stride 1 without padding or dilation: its inputs are read in place."""
         unit = (self.stride, self.padding, self.dilation) == ((1, 1, 1), (0, 0, 0), (1, 1, 1))
-        return self.dims == 2 and unit
+        return self.dims == 2 and unit and self.groups == 1 and not self.transposed
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -89,9 +92,9 @@ def _three(value: object, dims: int, fill: int) -> tuple[int, int, int] | None:
     return full[0], full[1], full[2]
 
 
-def conv_plan(graph: Graph, general: bool = False) -> ConvPlan | None:
-    """The conv + epilogue plan of the graph, or None when the family does not apply. `general`: also
-    transposed convs and convs of several groups."""
+def conv_plan(graph: Graph) -> ConvPlan | None:
+    """The conv + epilogue plan of the graph (a conv or transposed conv of any groups), or None when the
+    family does not apply."""
     heavy = [n for n in graph.nodes if n.kind in KEPT_IN_TORCH]
     if len(heavy) != 1 or graph.nodes[0] is not heavy[0] or len(graph.outputs) != 1:
         return None
@@ -99,9 +102,9 @@ def conv_plan(graph: Graph, general: bool = False) -> ConvPlan | None:
     fx = conv.fx_node
     mod = graph.modules.get(str(fx.target)) if fx is not None and fx.op == "call_module" else None
     kind = type(mod).__name__
-    transposed = general and kind in _CONV_TRANSPOSE_DIMS
+    transposed = kind in _CONV_TRANSPOSE_DIMS
     dims = _CONV_TRANSPOSE_DIMS[kind] if transposed else _CONV_DIMS.get(kind)
-    if mod is None or dims is None or (mod.groups != 1 and not general) or mod.padding_mode != "zeros":
+    if mod is None or dims is None or mod.padding_mode != "zeros":
         return None
     if fx is None or len(fx.args) != 1 or fx.kwargs:  # a transpose's output_size argument
         return None
@@ -121,8 +124,7 @@ def conv_plan(graph: Graph, general: bool = False) -> ConvPlan | None:
         return None
     inputs = tuple(v.name for v in graph.inputs)
     geometry = {"dims": dims, "stride": stride, "padding": padding, "dilation": dilation}
-    if general:
-        geometry.update(transposed=transposed, groups=int(mod.groups), output_padding=extra)
+    geometry.update(transposed=transposed, groups=int(mod.groups), output_padding=extra)
     if graph.nodes == [conv] and graph.outputs == [conv.name]:  # a bare conv, KernelBench's level 1
         return ConvPlan(conv, src.name, weight, bias, None, (), (), inputs, **geometry)  # type: ignore[arg-type]
     try:
@@ -295,34 +297,46 @@ def conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str],
 
 
 def _general_geometry(plan: ConvPlan) -> list[str]:
-    """Entry-point lines of a conv of any dims, stride, padding and dilation: its sizes as 3-D ones
-    (depth and height 1 where the conv has fewer dims), the output's from torch's formula."""
+    """Entry-point lines of a conv of any dims, stride, padding, dilation and groups, or a transposed
+    one: its sizes as 3-D ones (depth and height 1 where the conv has fewer dims), the output's from
+    torch's formula, per group CIG input and COG output channels and KK = CIG * taps."""
     d = plan.dims
     size = ("ID", "IH", "IW")[3 - d :]
     taps = ("KD", "KH", "KW")[3 - d :]
-    lines = ["  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[0];"]
+    g = plan.groups
+    if plan.transposed:  # the weight is (CI, CO / G, taps)
+        lines = [f"  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[1] * {g};"]
+        lines.append(f"  if (sw.d[0] != CI || CI % {g} != 0) return KF_ERR_BAD_ARGUMENTS;")
+    else:  # (CO, CI / G, taps)
+        lines = ["  const int64_t NB = sx.d[0], CI = sx.d[1], CO = sw.d[0];"]
+        lines.append(f"  if (sw.d[1] * {g} != CI || CO % {g} != 0) return KF_ERR_BAD_ARGUMENTS;")
     for name in ("ID", "IH", "IW"):
         lines.append(f"  const int64_t {name} = {f'sx.d[{2 + size.index(name)}]' if name in size else '1'};")
     for name in ("KD", "KH", "KW"):
         lines.append(f"  const int64_t {name} = {f'sw.d[{2 + taps.index(name)}]' if name in taps else '1'};")
-    for axis, (st, pad, dil) in zip(
-        "DHW", zip(plan.stride, plan.padding, plan.dilation, strict=True), strict=True
-    ):
-        lines.append(
-            f"  const int64_t O{axis} = (I{axis} + {2 * pad} - {dil} * (K{axis} - 1) - 1) / {st} + 1;"
-        )
-    lines.append("  if (sw.d[1] != CI || OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
-    lines.append("  const int64_t KK = CI * KD * KH * KW;")
+    geometry = zip("DHW", plan.stride, plan.padding, plan.dilation, plan.output_padding, strict=True)
+    for axis, st, pad, dil, extra in geometry:
+        span = f"{dil} * (K{axis} - 1) + 1"  # the dilated filter's extent
+        if plan.transposed:
+            lines.append(f"  const int64_t O{axis} = (I{axis} - 1) * {st} - {2 * pad} + {span} + {extra};")
+        else:  # a negative room (the filter does not fit the padded input) is no output
+            lines.append(f"  const int64_t R{axis} = I{axis} + {2 * pad} - ({span});")
+            lines.append(f"  const int64_t O{axis} = R{axis} < 0 ? 0 : R{axis} / {st} + 1;")
+    lines.append("  if (OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;")
+    lines.append(f"  const int64_t CIG = CI / {g}, COG = CO / {g}, KK = CIG * KD * KH * KW;")
     return lines
 
 
 def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
-    """The rest of a general conv's entry point: per output row (image, depth, height) and tile of NR
-    output columns, the tile's im2col panel gathered once (zeros where a tap falls in the padding), then
-    every block of MR output channels multiplied with it in the register tile, the tail on the store."""
+    """The rest of a general conv's entry point: per output row (image, depth, height), group and tile
+    of NR output columns, the tile's im2col panel over the group's input channels gathered once (zeros
+    where a tap falls in the padding or, transposed, where the stride does not divide its position),
+    then every block of MR of the group's output channels multiplied with it in the register tile, the
+    tail on the store. A transposed conv's filters are first copied into (CO, KK) rows."""
     (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = plan.stride, plan.padding, plan.dilation
     out = [
-        "  /* per k = (ci, kd, kh, kw), in the weight's order: the input channel, the dilated tap offsets */",
+        "  /* per k = (ci, kd, kh, kw) of a group, in the weight's order: the group's input channel, the",
+        "     dilated tap offsets */",
         "  int64_t* ktap = (int64_t*)malloc(sizeof(int64_t) * (size_t)(4 * KK));",
         "  if (!ktap) return KF_ERR_LAUNCH;",
         "  for (int64_t k = 0; k < KK; ++k) {",
@@ -331,6 +345,51 @@ def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
         f"    ktap[4 * k + 2] = (k / KW) % KH * {dh};",
         f"    ktap[4 * k + 3] = k % KW * {dw};",
         "  }",
+    ]
+    if plan.transposed:
+        out += [
+            "  /* the filters as (CO, KK) rows: (CI, CO / G, taps) holds an input channel's for every output",
+            "     channel of its group */",
+            "  float* rows = (float*)malloc(sizeof(float) * (size_t)(CO * KK));",
+            "  if (!rows) {",
+            "    free(ktap);",
+            "    return KF_ERR_LAUNCH;",
+            "  }",
+            "  const int64_t TAPS = KD * KH * KW;",
+            "  for (int64_t co = 0; co < CO; ++co)",
+            "    for (int64_t k = 0; k < KK; ++k)",
+            "      rows[co * KK + k] = Wt[((co / COG * CIG + k / TAPS) * COG + co % COG) * TAPS + k % TAPS];",
+            "  const float* Wrows = rows;",
+        ]
+    else:
+        out.append("  const float* Wrows = Wt;  /* (CO, CI / G, taps): rows of KK already */")
+    if plan.transposed:
+        depth = [
+            f"          const int64_t nd = od + {pd} - ktap[4 * k + 1], nh = oh + {ph} - ktap[4 * k + 2];",
+            f"          const bool rowin = nd >= 0 && nh >= 0 && nd % {sd} == 0 && nh % {sh} == 0 &&",
+            f"                             nd / {sd} < ID && nh / {sh} < IH;",
+            f"          const int64_t id = nd / {sd}, ih = nh / {sh};",
+        ]
+        column = [
+            "          for (int64_t j = 0; j < NR; ++j) {",
+            f"            const int64_t c = ow0 + j + {pw} - ktap[4 * k + 3];",
+            f"            const bool in = j < nw && c >= 0 && c % {sw} == 0 && c / {sw} < IW;",
+            f"            prow[j] = in ? xr[c / {sw}] : 0.0f;",
+            "          }",
+        ]
+    else:
+        depth = [
+            "          const int64_t id = id0 + ktap[4 * k + 1], ih = ih0 + ktap[4 * k + 2];",
+            "          const bool rowin = id >= 0 && id < ID && ih >= 0 && ih < IH;",
+        ]
+        column = [
+            "          const int64_t iw = iw0 + ktap[4 * k + 3];",
+            "          for (int64_t j = 0; j < NR; ++j) {",
+            f"            const int64_t c = iw + j * {sw};",
+            "            prow[j] = j < nw && c >= 0 && c < IW ? xr[c] : 0.0f;",
+            "          }",
+        ]
+    out += [
         "  const int64_t ntiles = (OW + NR - 1) / NR;",
         "  int failed = 0;",
         "  #pragma omp parallel",
@@ -349,27 +408,28 @@ def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
         "      if (!panel || !poff) continue;",
         "      const int64_t n = t / (OD * OH), od = t / OH % OD, oh = t % OH;",
         f"      const int64_t id0 = od * {sd} - {pd}, ih0 = oh * {sh} - {ph};",
+        "      (void)id0;",
+        "      (void)ih0;",
+        f"      for (int64_t g = 0; g < {plan.groups}; ++g)",
         "      for (int64_t tile = 0; tile < ntiles; ++tile) {",
         "        const int64_t ow0 = tile * NR, nw = OW - ow0 < NR ? OW - ow0 : NR;",
         f"        const int64_t iw0 = ow0 * {sw} - {pw};",
+        "        (void)iw0;",
         "        for (int64_t k = 0; k < KK; ++k) {",
         "          float* __restrict prow = panel + k * NR;",
-        "          const int64_t id = id0 + ktap[4 * k + 1], ih = ih0 + ktap[4 * k + 2];",
-        "          if (id < 0 || id >= ID || ih < 0 || ih >= IH) {",
+        *depth,
+        "          if (!rowin) {",
         "            for (int64_t j = 0; j < NR; ++j) prow[j] = 0.0f;",
         "            continue;",
         "          }",
-        "          const float* __restrict xr = X + ((n * CI + ktap[4 * k]) * ID + id) * IH * IW + ih * IW;",
-        "          const int64_t iw = iw0 + ktap[4 * k + 3];",
-        "          for (int64_t j = 0; j < NR; ++j) {",
-        f"            const int64_t c = iw + j * {sw};",
-        "            prow[j] = j < nw && c >= 0 && c < IW ? xr[c] : 0.0f;",
-        "          }",
+        "          const int64_t ci = g * CIG + ktap[4 * k];",
+        "          const float* __restrict xr = X + ((n * CI + ci) * ID + id) * IH * IW + ih * IW;",
+        *column,
         "        }",
-        "        for (int64_t co0 = 0; co0 < CO; co0 += MR) {",
-        "          const int64_t nco = CO - co0 < MR ? CO - co0 : MR;",
+        "        for (int64_t co0 = g * COG; co0 < (g + 1) * COG; co0 += MR) {",
+        "          const int64_t nco = (g + 1) * COG - co0 < MR ? (g + 1) * COG - co0 : MR;",
         "          const float* wr[MR];",
-        "          for (int i = 0; i < MR; ++i) wr[i] = Wt + (co0 + (i < nco ? i : nco - 1)) * KK;",
+        "          for (int i = 0; i < MR; ++i) wr[i] = Wrows + (co0 + (i < nco ? i : nco - 1)) * KK;",
         "          kf_conv_tile(wr, KK, panel, poff, ctile);",
         "          for (int64_t i = 0; i < nco; ++i) {",
         "            const int64_t co = co0 + i;",
@@ -385,6 +445,7 @@ def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
         "    free(poff);",
         "  }",
         "  free(ktap);",
+        *(["  free(rows);"] if plan.transposed else []),
         "  (void)stream;",
         "  return failed ? KF_ERR_LAUNCH : KF_OK;",
         "}",

@@ -1,6 +1,6 @@
 """CUDA implicit-GEMM convolution on tensor cores, the tail fused into its stores.
 
-The CUDA counterpart of cpu_conv.py, for the plans of `conv_plan(graph, general=True)`: one Conv1d /
+The CUDA counterpart of cpu_conv.py, for the same plans (`conv_plan`): one Conv1d /
 Conv2d / Conv3d or transposed conv, any stride, padding, dilation and groups, bare or followed by one
 pointwise step over per-channel operands and constants. Per image and group, the conv is the product out
 (M x P) = W (M x K) * B (K x P) with M = CO / G, P = OD * OH * OW output pixels, K = CI / G * KD * KH * KW
@@ -42,7 +42,7 @@ _AXES = ("D", "H", "W")
 def cuda_conv_plan(graph: Graph) -> ConvPlan | None:
     """The conv plan when the CUDA conv family applies (the CPU family's plans, whose module's kernel
     size is known), else None."""
-    plan = conv_plan(graph, general=True)
+    plan = conv_plan(graph)
     if plan is None or _kernel_size(graph, plan) is None:
         return None
     return plan
