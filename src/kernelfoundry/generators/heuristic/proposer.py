@@ -111,9 +111,11 @@ def cuda_seeds(
     suite_cuda.txt, the removed in-process harness; bench/results/suite_cuda_stack.txt): rows held in
     registers for row ops (softmax, layer norm: one read, one write), a warp per short row for
     reductions, then the generic fused kernel; the direct translation, one launch per op and often
-    100-1000x slower, comes last (a correct fallback, expensive to time). The GEMM family (a linear with
-    a pointwise or sum / mean tail as one tiled SGEMM) follows the fused and folded seeds: it is not yet
-    timed on a GPU, and cuBLAS, which the fused seeds keep, runs fp32 GEMMs near the H200's peak."""
+    100-1000x slower, comes last (a correct fallback, expensive to time). The GEMM family (SIMT, then
+    3xTF32 tensor cores) follows the fused and folded seeds for a linear or matmul with a tail (cuBLAS,
+    which those keep, runs them near the H200's peak) and leads for a bare matmul (1.00x eager on
+    2_Standard); the conv family (one TF32 product, then 3xTF32) likewise follows the cuDNN-backed seeds
+    for a conv with a tail and leads for a bare conv, whose alternative is the direct op kernel (0.10x)."""
     has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
     has_rowop = any(n.kind == "rowop" for n in graph.nodes)
     has_softmax = any(n.op in ("softmax", "log_softmax") for n in graph.nodes)
