@@ -20,6 +20,7 @@ from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator, capture
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan
 from kernelfoundry.tasks.model import ShapeVariant, Task
+from tests.fixtures.conv_tasks import conv_task
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cpu_kernelbench_idioms import run
@@ -239,24 +240,6 @@ def test_convs_of_any_dims_stride_padding_and_dilation_get_the_implicit_gemm_and
         run(seeds[0].source, task, tmp_path, blocks)
 
 
-MODULE_CONV = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = {module}
-
-    def forward(self, x):
-        return {body}
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-def get_init_inputs():
-    return []
-"""
 GROUPED_AND_TRANSPOSED = {  # module, input shape, forward body
     "2d_grouped": ("nn.Conv2d(6, 9, 3, padding=1, groups=3)", "2, 6, 10, 12", "self.conv(x)"),
     "t1d": ("nn.ConvTranspose1d(5, 7, 3)", "2, 5, 33", "self.conv(x)"),
@@ -279,11 +262,7 @@ def test_grouped_and_transposed_convs_get_the_implicit_gemm_and_match_torch(
     name: str, tmp_path: Path
 ) -> None:
     module, shape, body = GROUPED_AND_TRANSPOSED[name]
-    task = Task(
-        f"conv_{name}",
-        MODULE_CONV.format(module=module, shape=shape, body=body),
-        shapes=(ShapeVariant("odd", {}),),
-    )
+    task = conv_task(f"conv_{name}", module, shape, body)
     result = HeuristicGenerator().generate_sync(GenerationRequest("t", task, "cpu", count=4))
     seeds = [c for c in result.candidates if "implicit GEMM" in c.rationale]
     assert seeds and not seeds[0].source.glue

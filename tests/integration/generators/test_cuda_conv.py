@@ -9,7 +9,6 @@ small reference conv in TF32, which sets eager's own error and the judge's floor
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,31 +21,12 @@ from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator, parse_variant
 from kernelfoundry.tasks.model import ShapeVariant, Task, Tolerance
+from tests.fixtures.conv_tasks import conv_task as fixture_conv_task
+from tests.integration.generators.cuda_judge import built_units_and_worker, with_params
 
 TASKS = Path(__file__).resolve().parents[3] / "tasks"
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
-_CONV = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = {module}
-
-    def forward(self, x):
-        return {expr}
-
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-
-def get_init_inputs():
-    return []
-"""
 CONVS = {  # name: (module, forward expression, input shape)
     "2d_plain": ("nn.Conv2d(3, 5, 3)", "self.conv(x)", "2, 3, 13, 11"),
     "2d_strided": (
@@ -78,9 +58,8 @@ COMBOS = [
 
 
 def conv_task(name: str, tf32: bool) -> Task:
-    module, expr, shape = CONVS[name]
-    source = _CONV.format(module=module, expr=expr, shape=shape)
-    return Task(f"conv_{name}", source, tolerance=TF32_TOLERANCE if tf32 else None)
+    module, body, shape = CONVS[name]
+    return fixture_conv_task(f"conv_{name}", module, shape, body, TF32_TOLERANCE if tf32 else None)
 
 
 def suite_task(tf32: bool) -> Task:
@@ -103,12 +82,6 @@ def conv_source(t: Task, tf32: bool) -> KernelSource:
     units = [c for c, v in variants if v is not None and v.gemm and v.tf32 == tf32]
     assert len(units) == 1, (t.name, result.error, result.message, [v for _, v in variants])
     return units[0].source
-
-
-def with_params(source: KernelSource, params: dict[str, int]) -> KernelSource:
-    return KernelSource(
-        source.language, source.code, source.entry_point, source.glue, source.tunables, params
-    )
 
 
 def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
@@ -140,29 +113,13 @@ def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool]]:
 
 @pytest.fixture(scope="module")
 def gpu_judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
-    """A build cache holding every unit the GPU tests judge (built once, on all cores) and one
-    evaluation worker for them all."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    from kernelfoundry.evaluation import EvaluationWorker
-    from kernelfoundry.toolchains import BuildCache, BuildTarget, build
+    """Every unit the GPU tests judge, built once, and one evaluation worker for them all."""
 
-    cache = BuildCache(tmp_path_factory.mktemp("conv-builds"))
-    units = {}
-    for t, combos, tf32 in gpu_cases():
-        source = conv_source(t, tf32)
-        for combo in combos:
-            unit = with_params(source, combo)
-            units[(unit.code, tuple(sorted(combo.items())))] = unit
-    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        built = list(pool.map(lambda u: build(u, BuildTarget("cuda", "sm90"), cache), units.values()))
-    assert all(b.ok for b in built), [b.log for b in built if not b.ok][:1]
-    worker = EvaluationWorker("cuda:0")
-    try:
-        yield cache, worker
-    finally:
-        worker.close()
+    def units() -> list[KernelSource]:
+        cases = gpu_cases()
+        return [with_params(conv_source(t, tf32), combo) for t, combos, tf32 in cases for combo in combos]
+
+    yield from built_units_and_worker(tmp_path_factory, units, "conv-builds")
 
 
 @pytest.mark.gpu

@@ -6,7 +6,6 @@ tail."""
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator, parse_variant
 from kernelfoundry.tasks.model import ShapeVariant, Task
+from tests.integration.generators.cuda_judge import built_units_and_worker, with_params
 
 TASKS = Path(__file__).resolve().parents[3] / "tasks"
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -98,12 +98,6 @@ def gemm_source(t: Task, tensor_cores: bool = False) -> KernelSource:
     return gemm.source
 
 
-def with_params(source: KernelSource, params: dict[str, int]) -> KernelSource:
-    return KernelSource(
-        source.language, source.code, source.entry_point, source.glue, source.tunables, params
-    )
-
-
 def test_every_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
     from kernelfoundry.toolchains import BuildCache, BuildTarget, build
 
@@ -146,29 +140,12 @@ def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool]]:
 
 @pytest.fixture(scope="module")
 def gpu_judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
-    """A build cache holding every unit the GPU tests judge (built once, all cores at once: a unit's
-    code does not depend on the shape) and one evaluation worker for them all."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    from kernelfoundry.evaluation import EvaluationWorker
-    from kernelfoundry.toolchains import BuildCache, BuildTarget, build
+    """Every unit the GPU tests judge, built once, and one evaluation worker for them all."""
 
-    cache = BuildCache(tmp_path_factory.mktemp("gemm-builds"))
-    units = {}
-    for t, combos, tc in gpu_cases():
-        source = gemm_source(t, tc)
-        for combo in combos:
-            unit = with_params(source, combo)
-            units[(unit.code, tuple(sorted(combo.items())))] = unit
-    with ThreadPoolExecutor(os.cpu_count() or 4) as pool:
-        built = list(pool.map(lambda u: build(u, BuildTarget("cuda", "sm90"), cache), units.values()))
-    assert all(b.ok for b in built), [b.log for b in built if not b.ok][:1]
-    worker = EvaluationWorker("cuda:0")
-    try:
-        yield cache, worker
-    finally:
-        worker.close()
+    def units() -> list[KernelSource]:
+        return [with_params(gemm_source(t, tc), combo) for t, combos, tc in gpu_cases() for combo in combos]
+
+    yield from built_units_and_worker(tmp_path_factory, units, "gemm-builds")
 
 
 @pytest.mark.gpu

@@ -11,34 +11,13 @@ from kernelfoundry.generators.base import GeneratedCandidate, GenerationRequest,
 from kernelfoundry.generators.heuristic import HeuristicGenerator, capture, parse_variant
 from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_applies
 from kernelfoundry.tasks.model import ShapeVariant, Task
+from tests.fixtures.conv_tasks import conv_task as fixture_conv_task
 
 TASKS = Path(__file__).resolve().parents[3] / "tasks"
 
-_CONV = """
-import torch
-import torch.nn as nn
 
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = {module}
-
-    def forward(self, x):
-        return {expr}
-
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def conv_task(module: str, shape: str, expr: str = "self.conv(x)") -> Task:
-    return Task("conv", _CONV.format(module=module, expr=expr, shape=shape))
+def conv_task(module: str, shape: str, body: str = "self.conv(x)") -> Task:
+    return fixture_conv_task("conv", module, shape, body)
 
 
 def seeds(t: Task) -> list[GeneratedCandidate]:
@@ -104,6 +83,7 @@ def test_the_tail_reads_its_per_channel_operands_by_the_output_row() -> None:
     ("module", "shape"),
     [
         ("nn.Conv2d(4, 8, 3, padding='same')", "1, 4, 9, 9"),
+        ("nn.Conv2d(4, 4, 3, groups=4)", "1, 4, 9, 9"),  # depthwise: the op kernels' own kernel
         ("nn.Conv2d(4, 8, 3, padding_mode='reflect', padding=1)", "1, 4, 9, 9"),
     ],
 )
@@ -111,6 +91,7 @@ def test_refuses_what_it_does_not_compute(module: str, shape: str) -> None:
     t = conv_task(module, shape)
     assert not cuda_conv_applies(capture(t))
     # ('same' and reflect padding get no candidate at all yet: the op kernels refuse them too)
+    # a depthwise conv keeps its specialised op kernel (a GEMM of one input channel a group wastes it)
     found = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16)).candidates
     assert not any((v := parse_variant(c.source.code)) is not None and v.gemm for c in found)
 

@@ -1,11 +1,11 @@
 """CPU implicit-GEMM convolution with a fused epilogue: a conv followed by a per-channel pointwise tail.
 
 Applies when the graph is one `nn.Conv1d` / `Conv2d` / `Conv3d` or `ConvTranspose1d` / `2d` / `3d` (any
-stride, padding, dilation, output padding and groups; zero padding) on its input, alone or followed by
-one fused pointwise step whose operands are the conv's output, per-channel tensors (a bias of shape (C,
-1, 1), inference BatchNorm statistics) and constants. The unit takes the reference's input, parameters
-and buffers straight (no glue), and the conv output never exists in memory before its tail. The plan
-(`conv_plan`) is the CUDA conv family's too (cuda_conv.py).
+stride, padding, dilation, output padding and groups but depthwise ones; zero padding) on its input, alone
+or followed by one fused pointwise step whose operands are the conv's output, per-channel tensors (a bias
+of shape (C, 1, 1), inference BatchNorm statistics) and constants. The unit takes the reference's input,
+parameters and buffers straight (no glue), and the conv output never exists in memory before its tail. The
+plan (`conv_plan`) is the CUDA conv family's too (cuda_conv.py).
 
 The convolution is an implicit GEMM: out[n, co, od, oh, ow0 + j] = sum over k = (ci, kd, kh, kw) of the
 group's w[co, k] * the input under tap k. A plain 2-D conv (stride 1, no padding or dilation, one group)
@@ -105,6 +105,9 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
     transposed = kind in _CONV_TRANSPOSE_DIMS
     dims = _CONV_TRANSPOSE_DIMS[kind] if transposed else _CONV_DIMS.get(kind)
     if mod is None or dims is None or mod.padding_mode != "zeros":
+        return None
+    if mod.groups > 1 and mod.in_channels == mod.groups:
+        # depthwise: a GEMM of one input channel a group; the op kernels' depthwise kernel serves it
         return None
     if fx is None or len(fx.args) != 1 or fx.kwargs:  # a transpose's output_size argument
         return None
