@@ -59,6 +59,7 @@ class ConvPlan:
     stride: tuple[int, int, int] = (1, 1, 1)
     padding: tuple[int, int, int] = (0, 0, 0)
     dilation: tuple[int, int, int] = (1, 1, 1)
+    kernel: tuple[int, int, int] = (1, 1, 1)  # the filter's taps
     transposed: bool = False  # a ConvTranspose1d / 2d / 3d
     groups: int = 1
     output_padding: tuple[int, int, int] = (0, 0, 0)
@@ -114,7 +115,8 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
     stride, padding = _three(mod.stride, dims, 1), _three(mod.padding, dims, 0)
     dilation = _three(mod.dilation, dims, 1)
     extra = _three(mod.output_padding, dims, 0) if transposed else (0, 0, 0)
-    if stride is None or padding is None or dilation is None or extra is None:
+    kernel = _three(mod.kernel_size, dims, 1)
+    if stride is None or padding is None or dilation is None or extra is None or kernel is None:
         return None
     src = conv.args[0] if conv.args else None
     names = {v.name: v for v in graph.inputs}
@@ -127,7 +129,7 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
         return None
     inputs = tuple(v.name for v in graph.inputs)
     geometry = {"dims": dims, "stride": stride, "padding": padding, "dilation": dilation}
-    geometry.update(transposed=transposed, groups=int(mod.groups), output_padding=extra)
+    geometry.update(kernel=kernel, transposed=transposed, groups=int(mod.groups), output_padding=extra)
     if graph.nodes == [conv] and graph.outputs == [conv.name]:  # a bare conv, KernelBench's level 1
         return ConvPlan(conv, src.name, weight, bias, None, (), (), inputs, **geometry)  # type: ignore[arg-type]
     try:

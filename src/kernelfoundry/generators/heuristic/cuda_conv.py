@@ -30,7 +30,6 @@ from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_LOOP, TC_OPEN
 from kernelfoundry.generators.heuristic.cuda_gemm_tiles import tile_io
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
-from kernelfoundry.generators.heuristic.opkernels import CONV_MODULES, CONV_TRANSPOSE_MODULES
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
@@ -40,44 +39,22 @@ _AXES = ("D", "H", "W")
 
 
 def cuda_conv_plan(graph: Graph) -> ConvPlan | None:
-    """The conv plan when the CUDA conv family applies (the CPU family's plans, whose module's kernel
-    size is known), else None."""
-    plan = conv_plan(graph)
-    if plan is None or _kernel_size(graph, plan) is None:
-        return None
-    return plan
+    """The conv plan when the CUDA conv family applies (the CPU family's plans), else None."""
+    return conv_plan(graph)
 
 
 def cuda_conv_applies(graph: Graph) -> bool:
     return cuda_conv_plan(graph) is not None
 
 
-def _kernel_size(graph: Graph, plan: ConvPlan) -> tuple[int, int, int] | None:
-    """The module's kernel size as (depth, height, width), 1 for a dim the conv lacks."""
-    fx = plan.conv.fx_node
-    mod = graph.modules.get(str(fx.target)) if fx is not None else None
-    if mod is None or type(mod).__name__ not in {**CONV_MODULES, **CONV_TRANSPOSE_MODULES}:
-        return None
-    size = mod.kernel_size
-    values = tuple(size) if isinstance(size, tuple | list) else (size,) * plan.dims
-    if len(values) != plan.dims or not all(isinstance(v, int) and v > 0 for v in values):
-        return None
-    full = (1,) * (3 - plan.dims) + tuple(int(v) for v in values)
-    return full[0], full[1], full[2]
+def _block_rows(plan: ConvPlan) -> int:
+    """BM's default: 64 output channels a block where a group has at most 64 (no wasted rows)."""
+    return 64 if int(plan.conv.shape[1]) // plan.groups <= 64 else 128
 
 
-def _tunables(out_channels: int) -> tuple[str, ...]:
-    bm = 64 if out_channels <= 64 else 128
-    return (
-        f"// @kf.tunable BM in [64, 128] default {bm}",
-        "// @kf.tunable BK in [8, 16] default 16",
-        "// @kf.tunable KF_MIN_BLOCKS in [1, 2] default 2",
-    )
-
-
-def _geometry_defines(plan: ConvPlan, kernel: tuple[int, int, int]) -> list[str]:
+def _geometry_defines(plan: ConvPlan) -> list[str]:
     lines = []
-    for axis, k, s, p, d in zip(_AXES, kernel, plan.stride, plan.padding, plan.dilation, strict=True):
+    for axis, k, s, p, d in zip(_AXES, plan.kernel, plan.stride, plan.padding, plan.dilation, strict=True):
         lines.append(f"#define KF_K{axis} {k}")
         lines.append(f"#define KF_S{axis} {s}")
         lines.append(f"#define KF_P{axis} {p}")
@@ -228,7 +205,7 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
     return out
 
 
-def _operand_lines(plan: ConvPlan, kernel: tuple[int, int, int]) -> list[str]:
+def _operand_lines(plan: ConvPlan) -> list[str]:
     """Entry-point lines that check every input against the plan and compute the output's sizes."""
     idx = {name: i for i, name in enumerate(plan.inputs)}
     d = plan.dims
@@ -292,12 +269,14 @@ def _per_channel(index: int, shape: str, var: str) -> list[str]:
 
 def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str]) -> str:
     """The whole .cu unit: tunables, prelude, the implicit-GEMM kernel with its epilogue, `kf_forward`."""
-    kernel = _kernel_size(graph, plan)
-    assert kernel is not None
-    out_channels = int(plan.conv.shape[1]) // plan.groups  # a group's: the GEMM's rows
-    lines = [*header, variant.line(), *_tunables(out_channels)]
-    defaults = {"BM": 64 if out_channels <= 64 else 128, "BK": 16, "KF_MIN_BLOCKS": 2}
-    for name, value in defaults.items():
+    bm = _block_rows(plan)
+    tunables = (
+        f"// @kf.tunable BM in [64, 128] default {bm}",
+        "// @kf.tunable BK in [8, 16] default 16",
+        "// @kf.tunable KF_MIN_BLOCKS in [1, 2] default 2",
+    )
+    lines = [*header, variant.line(), *tunables]
+    for name, value in {"BM": bm, "BK": 16, "KF_MIN_BLOCKS": 2}.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
     lines += [
@@ -305,7 +284,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         "#define KF_A_KMAJOR 0  /* the filters: M rows of K (KF_A_SRC) */",
         "#define KF_B_KMAJOR 1  /* im2col, (K, P): a tile load runs along the pixels */",
         "#define KF_TILE_NEEDED 1",
-        *_geometry_defines(plan, kernel),
+        *_geometry_defines(plan),
         _args_struct(plan),
         TC_OPEN.rstrip("\n"),
         _prologue(plan).rstrip("\n"),
@@ -318,7 +297,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w("KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
     w("                         int32_t n_outputs, void* stream) {")
     w("  cudaStream_t st = (cudaStream_t)stream;")
-    lines += _operand_lines(plan, kernel)
+    lines += _operand_lines(plan)
     w("  /* per group: M = CO / G output channels, K = CI / G * taps, P pixels */")
     w("  const int64_t P = OD * OH * OW, M = CO / KF_GROUPS, K = CI / KF_GROUPS * KF_TAPS;")
     w("  const int64_t limit = ((int64_t)1 << 31) - 1;")
