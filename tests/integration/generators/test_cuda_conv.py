@@ -1,10 +1,10 @@
 """The CUDA implicit-GEMM conv family (cuda_conv.py) builds with nvcc for sm_90 at every tunable
-combination, and on a GPU matches the reference on awkward geometry: Conv1d / Conv2d / Conv3d and
-their transposes with stride, padding, dilation and groups, channel counts that fill no tile, pixel counts
-that are no multiple of the tile or of 4, a bias or none, and a per-channel tail (inference BatchNorm,
-ReLU). 3xTF32 is judged at
-KernelBench's float32 tolerance; the one-TF32-product variant at TF32's (1e-2): whether cuDNN runs a
-small reference conv in TF32, which sets eager's own error and the judge's floor, is cuDNN's choice."""
+value (pipelines of 2 to 4 stages), and on a GPU matches the reference on awkward geometry: Conv1d /
+Conv2d / Conv3d and their transposes with stride, padding, dilation and groups, channel counts that fill
+no tile, pixel counts that are no multiple of the tile or of 4, a bias or none, and a per-channel tail
+(inference BatchNorm, ReLU). 3xTF32 is judged at KernelBench's float32 tolerance; the one-TF32-product
+variant at TF32's (1e-2): whether cuDNN runs a small reference conv in TF32, which sets eager's own error
+and the judge's floor, is cuDNN's choice."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ CONVS = {  # name: (module, forward expression, input shape)
     "3d_padded": ("nn.Conv3d(3, 8, (3, 5, 7), padding=(1, 2, 3))", "self.conv(x)", "2, 3, 5, 9, 11"),
     "pointwise_tail": ("nn.Conv2d(8, 16, 1)", "torch.relu(self.conv(x)) * 0.5", "2, 8, 16, 16"),
     "2d_grouped": ("nn.Conv2d(6, 9, 3, padding=1, groups=3)", "self.conv(x)", "2, 6, 10, 12"),
+    # K = 36 a group: the filters' 16-byte copies (a_vec), two groups, three BK 16 slices
+    "2d_grouped_vec": ("nn.Conv2d(8, 70, 3, padding=1, groups=2)", "self.conv(x)", "2, 8, 9, 15"),
     "t1d": ("nn.ConvTranspose1d(5, 7, 3)", "self.conv(x)", "2, 5, 33"),
     "t2d_strided": (
         "nn.ConvTranspose2d(4, 6, (3, 5), stride=(2, 3), padding=(1, 2), output_padding=(1, 0),"
@@ -52,9 +54,13 @@ CONVS = {  # name: (module, forward expression, input shape)
     ),
 }
 TF32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
-COMBOS = [
-    {"BM": bm, "BK": bk, "KF_MIN_BLOCKS": b} for bm, bk, b in itertools.product((64, 128), (8, 16), (1, 2))
+COMBOS = [  # every value of every tunable, each pair of BM and BK, the deepest and shallowest pipelines
+    {"BM": bm, "BK": bk, "KF_STAGES": stages, "KF_MIN_BLOCKS": b}
+    for (bm, bk), (stages, b) in zip(
+        itertools.product((64, 128), (8, 16, 32)), itertools.cycle([(2, 1), (3, 2), (4, 1), (4, 2)])
+    )
 ]
+GPU_COMBOS = [{"BM": 64}, {"BM": 128, "BK": 8, "KF_STAGES": 2}, {"BM": 128, "BK": 32, "KF_STAGES": 4}]
 
 
 def conv_task(name: str, tf32: bool) -> Task:
@@ -91,7 +97,8 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     source = conv_source(conv_task("2d_strided", True), True)
     assert {t.name: t.values for t in source.tunables} == {
         "BM": (64, 128),
-        "BK": (8, 16),
+        "BK": (8, 16, 32),
+        "KF_STAGES": (2, 3, 4),
         "KF_MIN_BLOCKS": (1, 2),
     }
     units += [with_params(source, combo) for combo in COMBOS]
@@ -107,7 +114,7 @@ def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool]]:
     cases = []
     for tf32 in (True, False):
         for t in all_tasks(tf32):
-            cases.append((t, [{"BM": 64}, {"BM": 128, "BK": 8}], tf32))
+            cases.append((t, GPU_COMBOS, tf32))
     return cases
 
 
@@ -137,7 +144,7 @@ def test_conv_units_are_correct_on_awkward_geometry(
         measure_torch_compile=False, measure_baselines=False, timed_runs=10, warmup_runs=1
     )
     failures = []
-    for combo in [{"BM": 64}, {"BM": 128, "BK": 8}]:
+    for combo in GPU_COMBOS:
         unit = with_params(conv_source(t, tf32), combo)
         b = build(unit, BuildTarget("cuda", "sm90"), cache)  # a cache hit
         assert b.ok and b.artifact is not None, b.log

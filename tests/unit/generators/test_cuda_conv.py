@@ -50,10 +50,13 @@ def test_the_geometry_is_baked_and_the_gather_reads_zeros_in_the_padding() -> No
         assert f"#define {define}" in code
     # one (ci, tap) decode a k row for the thread's four pixels; a tap in the padding reads 0
     assert "const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;" in code
-    assert "const bool ok = gk < ke && qin[u] && d >= 0 && d < geo.ID && h >= 0 && h < geo.IH" in code
-    assert "rb[j * 4 + u][0] = ok ? __ldg(src + (d * geo.IH + h) * geo.IW + w) : 0.0f;" in code
-    assert "*reinterpret_cast<float4*>(&Bs[b][k4 + 8 * j][c4])" in code  # the four pixels: one store
-    assert "#define KF_KSPLIT 0" in code  # the grid's z is the image
+    assert "const bool ok = gk < K && qin[u] && d >= 0 && d < geo.ID && h >= 0 && h < geo.IH" in code
+    # straight into the stage (zeros where not ok); a warp's 32 copies of a k row are neighbouring pixels
+    assert "kf_cp4(&Bs[st][kk][lane + 32 * u], ok ? src + (d * geo.IH + h) * geo.IW + w : W, ok);" in code
+    assert "const int px = n0 + lane + 32 * u;" in code
+    # K = 3 x 105 taps: no 16-byte filter copies
+    assert "const int a_vec = K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0;" in code
+    assert "(unsigned)(NB * KF_GROUPS)" in code  # the grid's z is (image, group)
     # the output size follows torch's formula, and a filter larger than the padded input is refused
     assert "const int64_t OW = RW < 0 ? 0 : RW / KF_SW + 1;" in code
     assert "if (OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;" in code
@@ -125,3 +128,23 @@ def test_groups_and_transposes_read_their_own_filter_layout() -> None:
     assert "(X + ((int64_t)((gk) / KF_TAPS) * M + (gm)) * KF_TAPS + (gk) % KF_TAPS)" in transposed
     assert "const int64_t OW = (IW - 1) * KF_SW - 2 * KF_PW + KF_DW * (KF_KW - 1) + 1 + 1;" in transposed
     assert "d % KF_SD == 0" in transposed  # only the taps whose input position divides by the stride
+    assert "const int a_vec = 0;" in transposed  # its filter rows are not k-contiguous: 4-byte copies
+
+
+def test_k_streams_through_a_cp_async_pipeline_of_declared_depth() -> None:
+    source = family(conv_task("nn.Conv2d(16, 32, 3)", "1, 16, 12, 12"))[0].source
+    declared = {t.name: (t.values, t.default) for t in source.tunables}
+    assert declared["KF_STAGES"] == ((2, 3, 4), 3) and declared["BK"] == ((8, 16, 32), 16)
+    code = source.code
+    # KF_STAGES - 1 slices in flight before the loop; each iteration waits for its own, then a barrier
+    assert "for (int s = 0; s < KF_STAGES - 1; ++s) {" in code
+    wait = code.index('asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2));')
+    barrier, refill = code.index("__syncthreads();", wait), code.index("load_b(next % KF_STAGES", wait)
+    mma = code.index("kf_mma(c0, c1, c2, c3, ah, bh[t][0], bh[t][1]);", wait)
+    assert wait < barrier < refill < mma  # the stage refilled is the one the last iteration read
+    # shared memory past 48 KB (BK 32, 4 stages) is asked for before the launch
+    assert "cudaFuncSetAttribute(kf_conv, most, (int)smem)" in code
+    assert "kf_conv<<<grid, 256, smem, st>>>" in code
+    # K = 16 x 9 = 144: the filters' rows are k-contiguous and 16-byte aligned where the weight is
+    assert "const int a_vec = K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0;" in code
+    assert "kf_cp16(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);" in code

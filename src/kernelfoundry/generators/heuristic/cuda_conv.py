@@ -4,14 +4,16 @@ The CUDA counterpart of cpu_conv.py, for the same plans (`conv_plan`): one Conv1
 Conv2d / Conv3d or transposed conv, any stride, padding, dilation and groups, bare or followed by one
 pointwise step over per-channel operands and constants. Per image and group, the conv is the product out
 (M x P) = W (M x K) * B (K x P) with M = CO / G, P = OD * OH * OW output pixels, K = CI / G * KD * KH * KW
-and B the im2col matrix, which is never built: the tensor-core kernel of the GEMM family (cuda_gemm_tc.py,
-with its tile loads from cuda_gemm_tiles.py) runs with A = the filters (KF_A_SRC: a forward conv's (CO, CI
-/ G, taps) weight is k-contiguous, a transposed one's (CI, CO / G, taps) is not) and B gathered by each
-tile load: a thread owns four neighbouring output pixels (B columns) for the whole K loop, their first
-input positions decoded once; each k row it loads is decoded into (ci, kd, kh, kw) once, by division by
-the baked tap counts, for its four pixels; a tap in the padding (or, transposed, at a position the stride
-does not divide) loads 0. A warp's 32 threads cover 128 neighbouring pixels of one k row, so a stride-1
-conv's loads coalesce, and the four land in shared memory as one float4. The grid's z is (image, group).
+and B the im2col matrix, which is never built. The kernel is the tensor-core GEMM's (cuda_gemm_tc.py: its
+warp layout, 3xTF32 or one TF32 product, its MMA step) with its own operand path: K streams through
+KF_STAGES shared-memory stages filled by cp.async (KF_STAGES - 1 slices in flight while one is
+multiplied, no register staging). A's slice is the filters (KF_A_SRC: a forward conv's (CO, CI / G, taps)
+weight is k-contiguous, copied 16 bytes at a time where K % 4 == 0; a transposed one's (CI, CO / G, taps)
+is not), B's is gathered: a thread owns four output pixels (n0 + lane + 32 u) for the whole K loop, their
+first input positions decoded once; each k row it copies is decoded into (ci, kd, kh, kw) once, by
+division by the baked tap counts, for its four pixels; a tap in the padding (or, transposed, at a
+position the stride does not divide) copies zeros. A warp's 32 copies of a k row are 32 neighbouring
+pixels, so a stride-1 conv's gather coalesces. The grid's z is (image, group).
 
 Output rows are channels: the epilogue adds the bias (per row), applies the tail with the per-channel
 operands indexed by the row, and stores each row's pixels contiguously (float2 runs where P % 4 == 0).
@@ -19,7 +21,8 @@ operands indexed by the row, and stores each row's pixels contiguously (float2 r
 Precision: torch runs float32 convolutions through cuDNN with TF32 allowed (its default), so eager's
 own error, and with it the judge's tolerance floor, is TF32's. The `tf32` variant multiplies once in
 TF32 (KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. Tunables:
-BM (64 or 128 output channels a block: 64 wastes no rows where CO <= 64), BK (8 or 16), KF_MIN_BLOCKS.
+BM (64 or 128 output channels a block: 64 wastes no rows where CO <= 64), BK (8, 16 or 32: the K slice a
+stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS.
 Pure string building.
 """
 
@@ -27,8 +30,7 @@ from __future__ import annotations
 
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
-from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_LOOP, TC_OPEN
-from kernelfoundry.generators.heuristic.cuda_gemm_tiles import tile_io
+from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS, TC_STEP
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -66,8 +68,9 @@ def _geometry_defines(plan: ConvPlan) -> list[str]:
 
 def _prologue(plan: ConvPlan) -> str:
     """The block's image and group and their planes, and the four output pixels this thread gathers B
-    for: their first input position (a forward conv reads input d0 + kd * DD for output d; a transposed
-    one reads (d + PD - kd * DD) / SD where that divides)."""
+    for (n0 + lane + 32 u: a warp's loads of one k row are 32 neighbouring pixels): their first input
+    position (a forward conv reads input d0 + kd * DD for output d; a transposed one reads (d + PD - kd *
+    DD) / SD where that divides)."""
     first = (
         "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
         if not plan.transposed
@@ -83,13 +86,13 @@ def _prologue(plan: ConvPlan) -> str:
   X += group * (int64_t)M * K;  /* its filters: M output channels x K */
   out += (image * KF_GROUPS + group) * (int64_t)M * N;  /* its output: M channels of P pixels */
   const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
-  /* this thread's four B columns (output pixels n0 + c4 + u) and the k rows it loads (tid / 32 + 8 j) */
-  const int c4 = (tid & 31) * 4, k4 = tid >> 5;
+  /* this thread's four B columns (output pixels n0 + lane + 32 u) and the k rows it loads (k4 + 8 j) */
+  const int k4 = tid >> 5;
   int qd[4], qh[4], qw[4];
   bool qin[4];
   #pragma unroll
   for (int u = 0; u < 4; ++u) {
-    const int px = n0 + c4 + u;
+    const int px = n0 + lane + 32 * u;
     qin[u] = px < N;
     const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
     const int first[3] = {"""
@@ -103,10 +106,12 @@ def _prologue(plan: ConvPlan) -> str:
     )
 
 
-def _b_load(plan: ConvPlan) -> str:
-    """The im2col slice [k0, k0 + BK) of the thread's four pixels: one (ci, tap) decode a k row, four
-    loads (neighbouring threads on neighbouring pixels), zeros in the padding (and, transposed, where
-    the position does not divide by the stride)."""
+def _loads(plan: ConvPlan) -> str:
+    """The stage fills, cp.async global -> shared (no register staging, zeros where out of range):
+    `load_a(st, k0)` the filters' slice [k0, k0 + BK) of the block's rows (16-byte copies where a_vec:
+    k-contiguous rows, K % 4 == 0), `load_b(st, k0)` the im2col slice of the thread's four pixels: one
+    (ci, tap) decode a k row, four 4-byte copies (zeros in the padding and, transposed, where the
+    position does not divide by the stride)."""
     if not plan.transposed:
         at = "const int d = qd[u] + td, h = qh[u] + th, w = qw[u] + tw;"
         ok = "d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW"
@@ -118,27 +123,119 @@ def _b_load(plan: ConvPlan) -> str:
             "                        d / KF_SD < geo.ID && h / KF_SH < geo.IH && w / KF_SW < geo.IW"
         )
         index = "(d / KF_SD * geo.IH + h / KF_SH) * geo.IW + w / KF_SW"
-    return f"""    #pragma unroll
+    return f"""  auto load_a = [&](int st, int k0) {{
+    if (a_vec) {{
+      #pragma unroll
+      for (int l = 0; l < (BM * BK / 4 + 255) / 256; ++l) {{
+        const int e = tid + l * 256, r = e / (BK / 4), kk = e % (BK / 4) * 4;
+        const int gm = m0 + r, gk = k0 + kk;
+        const bool ok = gm < M && gk < K;  /* K % 4 == 0: the four are in range together */
+        if (e < BM * BK / 4) kf_cp16(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
+      }}
+    }} else {{
+      #pragma unroll
+      for (int l = 0; l < BM * BK / 256; ++l) {{
+        const int e = tid + l * 256, r = e / BK, kk = e % BK;
+        const int gm = m0 + r, gk = k0 + kk;
+        const bool ok = gm < M && gk < K;
+        kf_cp4(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
+      }}
+    }}
+  }};
+  auto load_b = [&](int st, int k0) {{
+    #pragma unroll
     for (int j = 0; j < BK / 8; ++j) {{
-      const int gk = k0 + k4 + 8 * j;
+      const int kk = k4 + 8 * j, gk = k0 + kk;
       const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;
       const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;
       const float* __restrict__ src = W + (int64_t)ci * plane;
       #pragma unroll
       for (int u = 0; u < 4; ++u) {{
         {at}
-        const bool ok = gk < ke && qin[u] && {ok};
-        rb[j * 4 + u][0] = ok ? __ldg(src + {index}) : 0.0f;
+        const bool ok = gk < K && qin[u] && {ok};
+        kf_cp4(&Bs[st][kk][lane + 32 * u], ok ? src + {index} : W, ok);
       }}
     }}
+  }};
 """
 
 
-_B_STORE = r"""    #pragma unroll
-    for (int j = 0; j < BK / 8; ++j)
-      *reinterpret_cast<float4*>(&Bs[b][k4 + 8 * j][c4]) =
-          make_float4(rb[j * 4][0], rb[j * 4 + 1][0], rb[j * 4 + 2][0], rb[j * 4 + 3][0]);
+_OPEN = (
+    r"""
+static_assert(BK == 8 || BK == 16 || BK == 32, "BK must be 8, 16 or 32");
+static_assert(KF_STAGES >= 2 && KF_STAGES <= 4, "KF_STAGES must be 2, 3 or 4");
 """
+    + TC_HELPERS
+    + r"""
+#define KF_AS_LD (BK + 4)  /* As rows (k-contiguous, 16-byte aligned): a warp's fragment reads hit 32 banks */
+#define KF_BS_LD (BN + KF_PAD)  /* Bs rows of 136 pixels: likewise */
+#define KF_SMEM_FLOATS (KF_STAGES * (BM * KF_AS_LD + BK * KF_BS_LD))
+
+/* 4- and 16-byte copies global -> shared that bypass the registers; ok false: zeros, nothing read */
+__device__ __forceinline__ void kf_cp4(float* dst, const float* src, bool ok) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void kf_cp16(float* dst, const float* src, bool ok) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+
+/* One BM x 128 tile of a group's out = filters x im2col (then bias and the tail) per block of 256
+   threads, warps as in the GEMM family's tensor-core kernel (warp w owns rows (w / 4) * BM / 2 + [0,
+   BM / 2) and columns (w % 4) * 32 + [0, 32)); K streams through KF_STAGES shared stages filled by
+   cp.async, KF_STAGES - 1 slices in flight while one is multiplied. X: the filters, W: the input. */
+__global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
+    kf_conv(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
+            const float* __restrict__ bias, float* __restrict__ out, int vec_out, int a_vec,
+            const kf_conv_args geo) {
+  extern __shared__ __align__(16) float kf_smem[];
+  float (*As)[BM][KF_AS_LD] = reinterpret_cast<float (*)[BM][KF_AS_LD]>(kf_smem);
+  float (*Bs)[BK][KF_BS_LD] = reinterpret_cast<float (*)[BK][KF_BS_LD]>(kf_smem + KF_STAGES * BM * KF_AS_LD);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tig = lane & 3;  /* the MMA fragments' group and thread in group */
+  const int wm = warp >> 2, wn = warp & 3;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  float acc[KF_TM][KF_TN];
+  #pragma unroll
+  for (int i = 0; i < KF_TM; ++i) {
+    #pragma unroll
+    for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
+  }
+"""
+)
+
+_MAIN_LOOP = (
+    r"""
+  /* slice s lives in stage s % KF_STAGES; the first KF_STAGES - 1 are in flight before the loop */
+  const int slices = (K + BK - 1) / BK;
+  #pragma unroll
+  for (int s = 0; s < KF_STAGES - 1; ++s) {
+    if (s < slices) {
+      load_a(s, s * BK);
+      load_b(s, s * BK);
+    }
+    asm volatile("cp.async.commit_group;");
+  }
+#define KF_A_FRAG(k, r) As[cur][r][k]
+#define KF_B_FRAG(k, c) Bs[cur][k][c]
+  for (int s = 0; s < slices; ++s) {
+    /* this thread's copies of slice s have landed (at most KF_STAGES - 2 later groups pending); the
+       barrier makes every thread's visible and frees the stage read in iteration s - 1 */
+    asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2));
+    __syncthreads();
+    const int next = s + KF_STAGES - 1;
+    if (next < slices) {
+      load_a(next % KF_STAGES, next * BK);
+      load_b(next % KF_STAGES, next * BK);
+    }
+    asm volatile("cp.async.commit_group;");  /* an empty group past the end keeps the count */
+    const int cur = s % KF_STAGES;
+"""
+    + TC_STEP
+    + r"""  }
+"""
+)
 
 
 def _args_struct(plan: ConvPlan) -> str:
@@ -152,8 +249,6 @@ def _args_struct(plan: ConvPlan) -> str:
             "struct kf_conv_args {",
             *fields,
             "};",
-            "#define KF_EXTRA_PARAMS , const kf_conv_args geo",
-            "#define KF_KSPLIT 0  /* the grid's z is the image; K is never split */",
             _a_source(plan),
         ]
     )
@@ -272,24 +367,22 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     bm = _block_rows(plan)
     tunables = (
         f"// @kf.tunable BM in [64, 128] default {bm}",
-        "// @kf.tunable BK in [8, 16] default 16",
+        "// @kf.tunable BK in [8, 16, 32] default 16",
+        "// @kf.tunable KF_STAGES in [2, 3, 4] default 3",
         "// @kf.tunable KF_MIN_BLOCKS in [1, 2] default 2",
     )
     lines = [*header, variant.line(), *tunables]
-    for name, value in {"BM": bm, "BK": 16, "KF_MIN_BLOCKS": 2}.items():
+    for name, value in {"BM": bm, "BK": 16, "KF_STAGES": 3, "KF_MIN_BLOCKS": 2}.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
     lines += [
         f"#define KF_TF32_TERMS {1 if variant.tf32 else 3}  /* TF32 products a term (1: cuDNN's) */",
-        "#define KF_A_KMAJOR 0  /* the filters: M rows of K (KF_A_SRC) */",
-        "#define KF_B_KMAJOR 1  /* im2col, (K, P): a tile load runs along the pixels */",
-        "#define KF_TILE_NEEDED 1",
         *_geometry_defines(plan),
         _args_struct(plan),
-        TC_OPEN.rstrip("\n"),
+        _OPEN.rstrip("\n"),
         _prologue(plan).rstrip("\n"),
-        tile_io(_b_load(plan), _B_STORE).rstrip("\n"),
-        TC_LOOP.rstrip("\n"),
+        _loads(plan).rstrip("\n"),
+        _MAIN_LOOP.rstrip("\n"),
     ]
     lines += _epilogue(graph, plan)
     lines.append("")
@@ -310,10 +403,15 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW"
     w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
     w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
+    contiguous = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"
+    w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
     w("  const dim3 grid((unsigned)ptiles, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));")
-    w("  /* K = 0 (no input channels): one empty slice, zeros plus the tail */")
-    w("  const int kchunk = K > 0 ? (int)K : 1;")
-    w("  kf_gemm<0><<<grid, 256, 0, st>>>((int)M, (int)P, (int)K, Wt, X, B, O, vec_out, kchunk, geo);")
+    w("  const size_t smem = sizeof(float) * KF_SMEM_FLOATS;")
+    w("  const cudaFuncAttribute most = cudaFuncAttributeMaxDynamicSharedMemorySize;")
+    w("  if (smem > 48 * 1024 && cudaFuncSetAttribute(kf_conv, most, (int)smem) != cudaSuccess)")
+    w("    return KF_ERR_LAUNCH;")
+    w("  /* K = 0 (no input channels): no slice, zeros plus the tail */")
+    w("  kf_conv<<<grid, 256, smem, st>>>((int)M, (int)P, (int)K, Wt, X, B, O, vec_out, a_vec, geo);")
     w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")
     w("  return KF_OK;")
     w("}")

@@ -27,10 +27,7 @@ TC_TUNABLES = (
 )
 TC_DEFAULTS = {"BK": 16, "KF_MIN_BLOCKS": 2}
 
-TC_OPEN = (
-    r"""
-static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
-static_assert(KF_MIN_BLOCKS == 1 || KF_MIN_BLOCKS == 2, "KF_MIN_BLOCKS must be 1 or 2");
+TC_HELPERS = r"""static_assert(KF_MIN_BLOCKS == 1 || KF_MIN_BLOCKS == 2, "KF_MIN_BLOCKS must be 1 or 2");
 #ifndef BM
 #define BM 128
 #endif
@@ -39,9 +36,6 @@ static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
 #define KF_TF32_TERMS 3
 #endif
 static_assert(KF_TF32_TERMS == 1 || KF_TF32_TERMS == 3, "KF_TF32_TERMS must be 1 or 3");
-#ifndef KF_EXTRA_PARAMS
-#define KF_EXTRA_PARAMS
-#endif
 #define BN 128
 #define KF_TM (BM / 16)  /* accumulator rows a thread holds: BM / 32 m16 tiles x the row halves (g, g + 8) */
 #define KF_TN 8  /* accumulator columns: 4 n8 tiles x two adjacent columns (2 tig, 2 tig + 1) */
@@ -63,15 +57,22 @@ __device__ __forceinline__ void kf_mma(float& c0, float& c1, float& c2, float& c
       : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+"""
 
+TC_OPEN = (
+    r"""
+static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
+"""
+    + TC_HELPERS
+    + r"""
 /* One BM x 128 tile of the product (then bias and the tail) per block of 256 threads: warp w owns rows
    (w / 4) * BM / 2 + [0, BM / 2) and columns (w % 4) * 32 + [0, 32). VEC / vec_out as in the SIMT
-   kernel; KF_EXTRA_PARAMS: a family's own arguments (a conv's geometry). */
+   kernel. */
 template <int VEC>
 __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     kf_gemm(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
             const float* __restrict__ bias, float* __restrict__ out, int vec_out,
-            int kchunk KF_EXTRA_PARAMS) {
+            int kchunk) {
 """
     + TILE_DECLS
     + r"""  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -81,27 +82,23 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     + TILE_STATE
 )
 
-TC_LOOP = r"""
-  for (int s = 0; s < slices; ++s) {
-    const int cur = s & 1;
-    if (s + 1 < slices) load(kb + (s + 1) * BK);  /* in flight while this slice is multiplied */
-    #pragma unroll
+TC_STEP = r"""    #pragma unroll
     for (int k8 = 0; k8 < BK; k8 += 8) {
       uint32_t bh[4][2], bl[4][2];
       #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const int c = wn * 32 + t * 8 + g;
-        kf_split_tf32(Bs[cur][k8 + tig][c], bh[t][0], bl[t][0]);
-        kf_split_tf32(Bs[cur][k8 + tig + 4][c], bh[t][1], bl[t][1]);
+        kf_split_tf32(KF_B_FRAG(k8 + tig, c), bh[t][0], bl[t][0]);
+        kf_split_tf32(KF_B_FRAG(k8 + tig + 4, c), bh[t][1], bl[t][1]);
       }
       #pragma unroll
       for (int mt = 0; mt < KF_TM / 2; ++mt) {
         const int r = wm * (BM / 2) + mt * 16 + g;
         uint32_t ah[4], al[4];
-        kf_split_tf32(As[cur][k8 + tig][r], ah[0], al[0]);
-        kf_split_tf32(As[cur][k8 + tig][r + 8], ah[1], al[1]);
-        kf_split_tf32(As[cur][k8 + tig + 4][r], ah[2], al[2]);
-        kf_split_tf32(As[cur][k8 + tig + 4][r + 8], ah[3], al[3]);
+        kf_split_tf32(KF_A_FRAG(k8 + tig, r), ah[0], al[0]);
+        kf_split_tf32(KF_A_FRAG(k8 + tig, r + 8), ah[1], al[1]);
+        kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r), ah[2], al[2]);
+        kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r + 8), ah[3], al[3]);
         #pragma unroll
         for (int t = 0; t < 4; ++t) {
           float& c0 = acc[mt * 2][t * 2];
@@ -116,7 +113,21 @@ TC_LOOP = r"""
         }
       }
     }
-    if (s + 1 < slices) store(cur ^ 1);  /* the other buffer: last read before the previous barrier */
+"""
+"""One shared tile's MMAs: BK / 8 k8 steps of the warp's (BM / 2) x 32 piece. The loop supplies
+KF_A_FRAG(k, r) and KF_B_FRAG(k, c): the shared elements A(r, k) and B(k, c) of the slice in use."""
+
+TC_LOOP = (
+    r"""
+#define KF_A_FRAG(k, r) As[cur][k][r]
+#define KF_B_FRAG(k, c) Bs[cur][k][c]
+  for (int s = 0; s < slices; ++s) {
+    const int cur = s & 1;
+    if (s + 1 < slices) load(kb + (s + 1) * BK);  /* in flight while this slice is multiplied */
+"""
+    + TC_STEP
+    + r"""    if (s + 1 < slices) store(cur ^ 1);  /* the other buffer: last read before the last barrier */
     __syncthreads();
   }
 """
+)

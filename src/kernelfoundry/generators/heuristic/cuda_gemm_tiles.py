@@ -1,11 +1,9 @@
 """C text both kernels of the CUDA GEMM family share (cuda_gemm.py's SIMT kernel, cuda_gemm_tc.py's
 tensor-core one): the shared tiles and their load constants, the block's tile origin, load registers and
 accumulators, and the tile loads (global -> registers -> k-major shared tiles, double buffered, split K).
-A kernel supplies BM, BN, BK, KF_PAD, KF_TM, KF_TN, KF_A_KMAJOR, KF_B_KMAJOR, KF_TILE_NEEDED, KF_KSPLIT
-(the block's split of K: blockIdx.z, or 0 where the grid's z is something else) and KF_A_SRC(gm, gk)
-(the address of A's element (gm, gk): a transposed conv's filters are not k-contiguous); with the
-matrix B's loops, KF_B_SRC(gk, gn) too. `GEMM_OPERANDS` defines the last three for matrices A and B; a
-conv replaces B's loops with its im2col gather (`tile_io`). Pure strings.
+A kernel supplies BM, BN, BK, KF_PAD, KF_TM, KF_TN, KF_A_KMAJOR, KF_B_KMAJOR, KF_TILE_NEEDED, and
+`GEMM_OPERANDS` KF_KSPLIT (the block's split of K: blockIdx.z), KF_A_SRC(gm, gk) and KF_B_SRC(gk, gn)
+(the addresses of A's element (gm, gk) and B's (gk, gn)). Pure strings.
 """
 
 GEMM_OPERANDS = r"""#define KF_KSPLIT blockIdx.z
@@ -32,8 +30,8 @@ TILE_STATE = r"""  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
 """
 
 
-# The matrix B's loops of the tile loads (a GEMM's; a conv has its own).
-GEMM_B_LOAD = r"""    #pragma unroll
+# The matrix B's loops of the tile loads.
+_B_LOAD = r"""    #pragma unroll
     for (int l = 0; l < LB; ++l) {
       int r, kk;
       const int e = tid + l * 256;
@@ -50,7 +48,7 @@ GEMM_B_LOAD = r"""    #pragma unroll
     }
 """
 
-GEMM_B_STORE = r"""    #pragma unroll
+_B_STORE = r"""    #pragma unroll
     for (int l = 0; l < LB; ++l) {
       int r, kk;
       const int e = tid + l * 256;
@@ -124,11 +122,4 @@ _TILE_IO = r"""
 """
 
 
-def tile_io(b_load: str = GEMM_B_LOAD, b_store: str = GEMM_B_STORE) -> str:
-    """The tile loads: global -> registers -> k-major shared tiles, double buffered. `b_load` (inside
-    `load(k0)`: fill rb[LB][F] with slice [k0, k0 + BK) of the block's B columns) and `b_store` (inside
-    `store(b)`: rb into Bs[b]) replace the matrix B's loops (a conv gathers its im2col tile)."""
-    return _TILE_IO.format(b_load=b_load.rstrip("\n") + "\n", b_store=b_store.rstrip("\n") + "\n")
-
-
-TILE_IO = tile_io()
+TILE_IO = _TILE_IO.format(b_load=_B_LOAD.rstrip("\n") + "\n", b_store=_B_STORE.rstrip("\n") + "\n")
