@@ -65,12 +65,9 @@ def glue_source(
     parts: list[Part],
     channels_last: frozenset[str] = frozenset(),
     ops: Mapping[str, tuple[OpKernel, str]] | None = None,
-    parts_read_nhwc: bool = True,
 ) -> str:
-    """ModelNew; heavy ops named in `channels_last` run on a channels-last input (NHWC, NDHWC for 3-D)
-    and reach their part as NHWC (`parts_read_nhwc`: the CPU's transposing tail) or back in the
-    contiguous NCHW layout every part reads (CUDA: cuDNN's channels-last convs); nodes named in `ops`
-    launch their generated op kernel (entry) instead of running in torch."""
+    """ModelNew; heavy ops named in `channels_last` run on an NHWC input and reach their part as NHWC;
+    nodes named in `ops` launch their generated op kernel (entry) instead of running in torch."""
     ops = ops or {}
     helpers = [_HELPERS, GLUE_HELPERS] if ops else [_HELPERS]
     lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", *helpers, ""]
@@ -127,8 +124,9 @@ def glue_source(
             src = graph.aliases.get(first.name, first.name) if hasattr(first, "name") else ""
             call_expr = dict(expr)
             if n.name in channels_last:
-                layout = "channels_last" if len(graph.shapes[src]) == 4 else "channels_last_3d"
-                lines.append(f"        {src}_nhwc = {expr[src]}.contiguous(memory_format=torch.{layout})")
+                lines.append(
+                    f"        {src}_nhwc = {expr[src]}.contiguous(memory_format=torch.channels_last)"
+                )
                 call_expr[src] = f"{src}_nhwc"
             if "fold" in n.attrs:
                 lines.append(f"        {n.name} = {folded_call(graph, n, call_expr[src])}")
@@ -148,15 +146,10 @@ def glue_source(
             )
         for name in part.outputs:
             expr[name] = name
-        if not channels_last:
-            ins = ", ".join(expr[i] for i in part.inputs)
-        elif parts_read_nhwc:
-            ins = ", ".join(
-                f"{expr[i]}.permute(0, 2, 3, 1).contiguous()" if i in channels_last else expr[i]
-                for i in part.inputs
-            )
-        else:  # whatever a channels-last op produced (its own output or a torch op's after it) as NCHW
-            ins = ", ".join(f"{expr[i]}.contiguous()" for i in part.inputs)
+        ins = ", ".join(
+            f"{expr[i]}.permute(0, 2, 3, 1).contiguous()" if i in channels_last else expr[i]
+            for i in part.inputs
+        )
         outs = ", ".join(part.outputs)
         lines.append(f"        kf.launch({part.entry_point!r}, [{ins}], [{outs}])")
     rets = [expr[o] for o in graph.outputs]

@@ -1,5 +1,4 @@
-"""Channels-last convs. CPU: the conv runs in NHWC, the tail kernel transposes back through a tile.
-CUDA: cuDNN runs the convs the glue keeps in torch on channels-last tensors, the parts read NCHW.
+"""Channels-last conv tails (CPU): the conv runs in NHWC, the tail kernel transposes back through a tile.
 
 oneDNN's CPU convolutions are native in NHWC; on NCHW tensors they reorder in and out. When a graph is
 a Conv2d followed only by a pointwise chain (after folding its affine tail into the conv), the glue runs
@@ -47,27 +46,6 @@ def channels_last_source(graph: Graph, parts: list[Part]) -> str | None:
     if tuple(graph.shapes[full[0].name]) != tuple(graph.shapes[step.out]):
         return None
     return full[0].name
-
-
-CHANNELS_LAST_CONVS = frozenset({"Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d"})
-
-
-def cuda_channels_last_convs(graph: Graph, parts: list[Part]) -> frozenset[str]:
-    """CUDA: the 2-D and 3-D conv modules the glue keeps in torch whose output a generated part reads
-    (directly or through other torch ops): cuDNN runs them in channels-last, its tensor cores' native
-    layout (torch.compile's layout optimisation does the same), and the part reads them back in NCHW."""
-    if not parts:
-        return frozenset()
-    convs = set()
-    for n in graph.nodes:
-        if n.fx_node is None or n.fx_node.op != "call_module":
-            continue
-        module = graph.modules.get(n.fx_node.target)
-        if module is None or type(module).__name__ not in CHANNELS_LAST_CONVS:
-            continue
-        if len(graph.shapes[n.name]) in (4, 5) and n.name not in graph.outputs:
-            convs.add(n.name)
-    return frozenset(convs)
 
 
 def channels_last_entry(graph: Graph, part: Part, source: str) -> list[str]:

@@ -37,7 +37,7 @@ from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_applies, cuda
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
-from kernelfoundry.generators.heuristic.layout import channels_last_source, cuda_channels_last_convs
+from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.settle import settle
 from kernelfoundry.generators.heuristic.variant import Variant, parse_variant
@@ -168,11 +168,6 @@ def cuda_seeds(
         # a bare conv leads with the family: the alternative is the direct op kernel, one thread an
         # output; a conv with a tail keeps cuDNN's conv and the fused tail first
         seeds = [*family, *seeds] if conv.step is None else [*seeds, *family]
-    if not seeds[0][0].gemm and cuda_channels_last_convs(graph, partition(graph, True)):
-        # torch.compile's layout optimisation: cuDNN's convs run in channels-last, where its tensor-core
-        # kernels are native (on NCHW tensors they transpose in and out), in the first generation
-        first, why = seeds[0]
-        seeds.insert(1, (first.with_(channels_last=True), f"{why}; cuDNN's convs in channels-last"))
     if has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
     if has_rows:
