@@ -31,6 +31,7 @@ from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, op_kernel
 from kernelfoundry.generators.heuristic.opkernels_code import op_entries, op_unit
 from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from kernelfoundry.generators.heuristic.variant import Variant
 
 
@@ -127,6 +128,8 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         )
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
+    if backend == "cuda":
+        graph = unbias_convs(graph)
     parts = partition(graph, fuse)
     if not parts:
         return _op_kernel_source(graph, backend, header)

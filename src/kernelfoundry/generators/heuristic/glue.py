@@ -19,6 +19,7 @@ from kernelfoundry.generators.heuristic.fold import folded_call
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.opkernels import GLUE_HELPERS, OpKernel
 from kernelfoundry.generators.heuristic.plan import Part
+from kernelfoundry.generators.heuristic.unbias import unbiased_call
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "matmul": "@", "pow": "**", "floordiv": "//"}
 
@@ -130,6 +131,8 @@ def glue_source(
                 call_expr[src] = f"{src}_nhwc"
             if "fold" in n.attrs:
                 lines.append(f"        {n.name} = {folded_call(graph, n, call_expr[src])}")
+            elif n.attrs.get("unbiased"):
+                lines.append(f"        {n.name} = {unbiased_call(graph, n, call_expr[src])}")
             else:
                 lines.append(f"        {n.name} = {_torch_call(graph, n.fx_node, call_expr)}")
             expr[n.name] = n.name
