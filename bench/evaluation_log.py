@@ -2,7 +2,8 @@
 
 The executor logs one JSON line per judged candidate (services/executor/handlers.py): whether it was
 correct, `busy_s` (the judge's wall time for it), the kernel's `runtime_ms`, the judge's `phases_ms`
-(phases nest: the checks run inside the timed calls and the screen) and its `counters` (calls made). A
+(phases nest: the checks run inside the timed calls and the screen, a staged device's output `fetch`
+inside the trials and the checks) and its `counters` (calls made). A
 bench that ran the embedded stack reads them from `<state>/logs/executor-*.log` and reports, over its
 wall time: evaluations, the executor's busy share, the judge's time per candidate, the phases, and the
 candidates' own kernel time (runtime x the calls that ran the kernel: trials, warm-up, timed and screen

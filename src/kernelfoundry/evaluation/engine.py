@@ -567,8 +567,9 @@ class Evaluation:
         """The outputs of the last call, as the judge sees them (fetched from the runner when staged)."""
         if not self.staged:
             return state.outputs
-        self._ask("fetch", "fetched", shape=state.index)
-        return [o.to(self.request.device) for o in state.outputs]
+        with self._phase("fetch"):  # the runner's device -> page-locked host -> the judge's device
+            self._ask("fetch", "fetched", shape=state.index)
+            return [o.to(self.request.device) for o in state.outputs]
 
     # ---- correctness -------------------------------------------------------------------------------
     def _trial(self, state: ShapeState, seed_index: int) -> None:

@@ -38,8 +38,8 @@ class EvaluationReport:
     runtime_spread_ms the interquartile range (p75 - p25) of the same runs. Counters: trials (correctness
     calls), timed_runs, warmup_runs, input_sets, kernel_launches. phases_ms: the judge's wall time per
     step (runner_start, inputs, trials, next_runner_start, timed_runs (its refresh and checks also
-    shown apart), cross_check, baselines); the worker's duration_s adds the judge round trip and any
-    judge start.
+    shown apart), cross_check, baselines; fetch: a staged device's outputs brought to the judge, inside
+    trials and checks); the worker's duration_s adds the judge round trip and any judge start.
     """
 
     compiled: bool

@@ -46,6 +46,9 @@ def test_an_honest_unit_is_correct_on_sets_the_runner_draws_itself(units: Units)
     assert counters["refreshed_timed_runs"] == counters["timed_runs"] + counters["warmup_runs"]
     assert counters["checked_timed_runs"] >= 3
     assert report.phases_ms["refresh"] >= 0 and report.phases_ms["timed_runs"] > 0
+    # every trial and checked call brought the runner's outputs over: a phase of its own, inside those
+    phases = report.phases_ms
+    assert 0 < phases["fetch"] < phases["trials"] + phases["checks"] + phases.get("screen", 0.0)
 
 
 def test_sets_get_inputs_cannot_redraw_are_staged_through_the_host(units: Units) -> None:
