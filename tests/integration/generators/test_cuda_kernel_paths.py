@@ -4,7 +4,8 @@ gpu marker, built by nvcc on a GPU against torch there):
 pointwise rows and reduced rows that start off 16 bytes (odd sizes: a scalar head, a float4 body, a
 tail), reductions over rows (fused with a broadcast consumer or not) and over middle dims (tiled,
 fused), row ops (rows in registers, a warp per row, rows re-read in float4 passes from their first
-16-byte boundary, rows split over blocks) and full reductions split with atomics."""
+16-byte boundary, rows split over blocks), softmaxes over a middle dim (a column per thread, in
+registers or in two passes) and full reductions split with atomics."""
 
 from __future__ import annotations
 
@@ -83,6 +84,32 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     "log_softmax_rows": ("        pass", "x", "torch.log_softmax(x, dim=1)", "torch.randn(5, 2500)"),
     "softmax_short_rows": ("        pass", "x", "torch.softmax(x * 0.5, dim=-1)", "torch.randn(4, 3, 300)"),
     "softmax_odd_rows": ("        pass", "x", "torch.softmax(x, dim=1) * 3.0", "torch.randn(7, 3001)"),
+    # softmaxes over a middle dim (the channels): short columns in registers, long ones in two passes
+    "softmax_channels_short": ("        pass", "x", "torch.softmax(x, dim=1)", "torch.randn(2, 5, 3, 4)"),
+    "log_softmax_channels_long": (
+        "        pass",
+        "x",
+        "torch.log_softmax(x * 0.5, dim=1)",
+        "torch.randn(2, 70, 6)",
+    ),
+    "softmax_middle_of_four": (
+        "        pass",
+        "x",
+        "torch.softmax(x, dim=2) * 3.0",
+        "torch.randn(2, 3, 9, 5)",
+    ),
+    "conv_softmax_channels_tail": (
+        "        self.conv = nn.Conv2d(3, 6, 3)",
+        "x",
+        "torch.sigmoid(torch.softmax(self.conv(x), dim=1) * 2.0)",
+        "torch.randn(2, 3, 7, 6)",
+    ),
+    "conv3d_min_softmax_channels": (
+        "        self.conv = nn.Conv3d(2, 4, 2)",
+        "x",
+        "torch.softmax(torch.min(self.conv(x), dim=2)[0], dim=1)",
+        "torch.randn(1, 2, 4, 5, 3)",
+    ),
     "group_norm_affine_odd_rows": (
         "        self.op = nn.GroupNorm(2, 4)\n"
         "        nn.init.normal_(self.op.weight)\n"
@@ -140,6 +167,18 @@ def run(task: Task, kernel: Any, lib: Path, device: str = "cpu") -> tuple[Any, A
             got = torch.empty_like(expected)
             assert unit.call(kernel.entry_point, [*reference.inputs, *state], [got]) == 0
     return got, expected
+
+
+MIDDLE_SOFTMAX = [c for c in CASES if "channels" in c or "middle_of" in c]
+
+
+@pytest.mark.parametrize("case", MIDDLE_SOFTMAX)
+def test_a_softmax_over_a_middle_dim_runs_in_a_generated_kernel(case: str) -> None:
+    _, kernels = seeds(case)
+    assert all("_mid(" in k.code for k in kernels)
+    assert not any("torch.softmax" in k.glue or "torch.log_softmax" in k.glue for k in kernels)
+    paths = {"regs" if "_midregs<" in k.code else "two-pass" for k in kernels}
+    assert paths == {"regs", "two-pass"}  # Variant.cache_rows on and off among the seeds
 
 
 @pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")

@@ -6,11 +6,11 @@ allow (a row that starts off 16 bytes peels its head). Reductions over the last 
 block per row, block reduction by warp shuffles (Variant.reduction "warp"), a shared-memory tree with
 __syncthreads ("block"), or, for sums, row splits combined with atomicAdd ("atomic"); rows of any length
 stream float4 from their first 16-byte boundary, and a reduction over rows runs its broadcast consumer
-in the same kernel. Softmax may use the online formulation (one pass for max
-and sum) and keep rows in registers (Variant.cache_rows; cuda_rows.py). Middle-dim reductions: tiled
-column kernels, fused with a broadcast consumer when one follows (cuda_columns.py). Every launch goes to
-the given stream. A unit carries only the reduction helpers its
-kernels call, so its source shows the strategy it uses. Must never compile or run what it emits.
+in the same kernel. Softmax may use the online formulation (one pass for max and sum) and keep rows in
+registers (Variant.cache_rows; cuda_rows.py). Middle-dim reductions: tiled column kernels, fused with a
+broadcast consumer when one follows; softmaxes over a middle dim: a thread per column (cuda_columns.py).
+Every launch goes to the given stream. A unit carries only the reduction helpers its kernels call, so
+its source shows the strategy it uses. Must never compile or run what it emits.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
 from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
-from kernelfoundry.generators.heuristic.graph import Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.graph import Ref
 from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
@@ -702,7 +702,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
         xshape = g.shapes[src.name]
         d0, d1, _ = reduce_range(node, len(xshape))
         if node.op in ("softmax", "log_softmax") and d1 != len(xshape):
-            raise UnsupportedGraph(f"`{node.name}` normalises dimension {d0}, not the last one")
+            return self.middle_softmax(step, src, d0, d1)
         kname = f"kf_step{self.counter}"
         pro, epi = step.prologue_leaves(g), step.epilogue_leaves(g)
         leaves = list(dict.fromkeys(pro + epi))

@@ -1,4 +1,5 @@
-"""CUDA column kernels: reductions over a middle dimension, alone or fused with their broadcast consumer.
+"""CUDA column kernels: reductions over a middle dimension, alone or fused with their broadcast consumer,
+and softmax / log-softmax over a middle dimension (the channels of NCHW).
 
 Tiled (32 columns x 8 row groups), float4 columns, and the fused reduction + consumer kernels with the
 consumer's column-only math hoisted out of the row loop.
@@ -9,13 +10,122 @@ from __future__ import annotations
 import re
 
 from kernelfoundry.generators.heuristic.cuda_base import EmitterBase, _numel_of
-from kernelfoundry.generators.heuristic.entry import ptr
+from kernelfoundry.generators.heuristic.entry import ptr, shp
 from kernelfoundry.generators.heuristic.graph import Ref
 from kernelfoundry.generators.heuristic.plan import Leaf, Step
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
+# A middle-dim softmax keeps each column's values in registers where its length R is at most one of these
+MIDDLE_SOFTMAX_CACHED = (8, 16, 32, 64)
+
 
 class ColumnKernels(EmitterBase):
+    def middle_softmax(self, step: Step, src: Ref, d0: int, d1: int) -> list[str]:
+        """Softmax / log-softmax over dims [d0, d1) of a tensor with trailing dims after them: one thread
+        per column (outer, i), neighbouring threads on neighbouring i, so every row j is one coalesced
+        read across a warp. Columns of up to 64 values (Variant.cache_rows) stay in registers: one read,
+        exp once per element; longer ones take an online pass (max and sum together) and a write pass
+        that reads the column again (from L2: a wave's columns fit in it). The rowop's prologue and its
+        fused epilogue (full-shape or scalar operands) run per element."""
+        g = self.graph
+        node = step.root
+        kname = f"kf_step{self.counter}"
+        leaves = list(dict.fromkeys(step.prologue_leaves(g) + step.epilogue_leaves(g)))
+        params, args, pre, loads = self._row_params(leaves, "(o * R + j) * inner + i")
+        xb, xv = self._emit(step, src, loads, "      ")
+        epilogue: list[str] = []
+        result = "y"
+        if step.epilogue:
+            epilogue, result = emit(
+                g, step, Ref(step.out), lambda leaf: loads[leaf], root_var="y", indent="      "
+            )
+        soft = node.op == "softmax"
+        dst = "out[(o * R + j) * inner + i]"
+        signature = (
+            "(int64_t outer, int64_t R, int64_t inner, float* __restrict__ out"
+            + "".join(", " + p for p in params)
+            + ")"
+        )
+        head = [
+            *pre,
+            "  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < outer * inner;",
+            "       t += (int64_t)gridDim.x * blockDim.x) {",
+            "    const int64_t o = t / inner, i = t % inner;",
+        ]
+        write = ["      const float y = {};", *epilogue, f"      {dst} = {result};"]
+
+        def writing(value: str) -> list[str]:
+            return [write[0].format(value), *write[1:]]
+
+        k = [f"__global__ void __launch_bounds__(256) {kname}_mid{signature} {{", *head]
+        k.append("    float m = -INFINITY, s = 0.0f;")
+        k.append("    for (int64_t j = 0; j < R; ++j) {")
+        k += xb
+        k.append(f"      const float xv = {xv};")
+        k.append("      const float m_new = fmaxf(m, xv);")
+        k.append("      s = s * kf_exp(m - m_new) + kf_exp(xv - m_new);")
+        k.append("      m = m_new;")
+        k.append("    }")
+        k.append("    const float inv = 1.0f / s, ls = m + logf(s);")
+        k.append("    (void)inv; (void)ls;")
+        k.append("    for (int64_t j = 0; j < R; ++j) {")
+        k += xb
+        k.append(f"      const float xv = {xv};")
+        k += writing("kf_exp(xv - m) * inv" if soft else "(xv - ls)")
+        k += ["    }", "  }", "}"]
+        kernels = ["\n".join(k)]
+        cached = self.variant.cache_rows
+        if cached:
+            r = ["template <int N>"]
+            r.append(f"__global__ void __launch_bounds__(256) {kname}_midregs{signature} {{")
+            r += head
+            r.append("    float v[N];")
+            r.append("    float m = -INFINITY;")
+            r.append("    #pragma unroll")
+            r.append("    for (int j = 0; j < N; ++j) {")
+            r.append("      if (j < R) {")
+            r += ["  " + b for b in xb]
+            r.append(f"        v[j] = {xv};")
+            r.append("        m = fmaxf(m, v[j]);")
+            r.append("      }")
+            r.append("    }")
+            r.append("    float s = 0.0f;")
+            r.append("    #pragma unroll")
+            r.append("    for (int j = 0; j < N; ++j) {")
+            if soft:
+                r.append("      if (j < R) { v[j] = kf_exp(v[j] - m); s += v[j]; }")
+            else:
+                r.append("      if (j < R) s += kf_exp(v[j] - m);")
+            r.append("    }")
+            r.append("    const float inv = 1.0f / s, ls = m + logf(s);")
+            r.append("    (void)inv; (void)ls;")
+            r.append("    #pragma unroll")
+            r.append("    for (int j = 0; j < N; ++j) {")
+            r.append("      if (j < R) {")
+            r += ["  " + line for line in writing("v[j] * inv" if soft else "(v[j] - ls)")]
+            r.append("      }")
+            r.append("    }")
+            r += ["  }", "}"]
+            kernels.append("\n".join(r))
+        self.kernels += kernels
+        a = f"(outer, R, inner, {ptr(step.out)}{''.join(', ' + x for x in args)})"
+        out = [
+            f"    const kf_shape X = {shp(src.name)};",
+            f"    const int64_t outer = kf_prod(&X, 0, {d0}), R = kf_prod(&X, {d0}, {d1}),"
+            f" inner = kf_prod(&X, {d1}, X.nd);",
+            "    const int64_t nb = (outer * inner + 255) / 256;",
+            "    const unsigned grid = (unsigned)(nb < 65535 * 8 ? nb : 65535 * 8);",
+            "    if (nb <= 0) {",
+        ]
+        if cached:
+            for n in MIDDLE_SOFTMAX_CACHED:
+                out.append(f"    }} else if (R <= {n}) {{")
+                out.append(f"      {kname}_midregs<{n}><<<grid, 256, 0, st>>>{a};")
+        out.append("    } else {")
+        out.append(f"      {kname}_mid<<<grid, 256, 0, st>>>{a};")
+        out.append("    }")
+        return out + self._launch_check()
+
     def _tiled_cols_kernel(
         self, kname: str, params: list[str], pre: list[str], body: list[str], val: str, init: str,
         comb: str, scale: str,
