@@ -40,17 +40,21 @@ def propose(task: Task, backend: str = "cpu") -> GenerationResult:
     return HeuristicGenerator().generate_sync(GenerationRequest("r", task, backend, count=8))
 
 
-def test_a_softmax_over_channels_stays_in_torch_on_cuda_and_the_rest_is_generated() -> None:
-    task = make_task("y = torch.softmax(x * 2.0, dim=1)\nreturn torch.sigmoid(y) + 1.0")
-    result = propose(task, "cuda")
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_a_reduction_the_emitters_refuse_stays_in_torch_and_the_rest_is_generated(backend: str) -> None:
+    # a sum over non-adjacent dims: neither emitter generates it (entry.reduce_range refuses it)
+    task = make_task("y = torch.sum(torch.relu(x), dim=(1, 3), keepdim=True)\nreturn torch.sigmoid(y) + 1.0")
+    result = propose(task, backend)
     assert result.candidates, result.message
-    glue = result.candidates[0].source.glue
-    assert "torch.softmax(" in glue and "kf.launch(" in glue
+    for candidate in result.candidates:
+        glue = candidate.source.glue
+        assert "torch.sum(" in glue and glue.count("kf.launch(") == 2  # the relu before it, the tail after
 
 
-def test_a_softmax_over_channels_is_generated_on_the_cpu() -> None:
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_a_softmax_over_channels_is_generated(backend: str) -> None:
     task = make_task("y = torch.softmax(x * 2.0, dim=1)\nreturn torch.sigmoid(y) + 1.0")
-    result = propose(task, "cpu")
+    result = propose(task, backend)
     assert result.candidates, result.message
     for candidate in result.candidates:
         assert not candidate.source.glue  # one generated unit: nothing left in torch

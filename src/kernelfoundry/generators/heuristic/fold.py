@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref
+from kernelfoundry.generators.heuristic.unbias import functional_conv
 
 _FOLDABLE_MODULES = ("Conv1d", "Conv2d", "Conv3d", "Linear")
 
@@ -136,7 +137,4 @@ def folded_call(graph: Graph, heavy: OpNode, x: str) -> str:
         weight = f"({base}.weight * torch.as_tensor({scale}, device={base}.weight.device).reshape({view}))"
     if kind == "Linear":
         return f"F.linear({x}, {weight}, {shift})"
-    dims = kind[-2:].lower()
-    return (
-        f"F.conv{dims}({x}, {weight}, {shift}, {base}.stride, {base}.padding, {base}.dilation, {base}.groups)"
-    )
+    return functional_conv(graph, heavy, x, weight, shift)

@@ -17,7 +17,7 @@ from typing import Any
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref
 
-# module type -> the torch.nn.functional call the glue makes without the bias
+# module type -> its torch.nn.functional call
 CONV_FUNCTIONS = {
     "Conv1d": "conv1d",
     "Conv2d": "conv2d",
@@ -26,6 +26,18 @@ CONV_FUNCTIONS = {
     "ConvTranspose2d": "conv_transpose2d",
     "ConvTranspose3d": "conv_transpose3d",
 }
+
+
+def functional_conv(graph: Graph, node: OpNode, x: str, weight: str, bias: str) -> str:
+    """Python for the conv module `node` calls as its torch.nn.functional call on `x` with the weight
+    and bias expressions given (the module's own, folded ones, or None), its geometry spelled out;
+    keyword arguments, since conv*d and conv_transpose*d order them differently."""
+    module = graph.modules[node.fx_node.target]
+    name = type(module).__name__
+    geometry = f"stride={module.stride!r}, padding={module.padding!r}, dilation={module.dilation!r}"
+    if name.startswith("ConvTranspose"):
+        geometry += f", output_padding={module.output_padding!r}"
+    return f"F.{CONV_FUNCTIONS[name]}({x}, {weight}, {bias}, {geometry}, groups={module.groups})"
 
 
 def unbias_convs(graph: Graph) -> Graph:
@@ -86,11 +98,5 @@ def _conv_module(graph: Graph, node: OpNode) -> Any:
 
 
 def unbiased_call(graph: Graph, node: OpNode, x: str) -> str:
-    """Python for the conv without its bias: F.conv*d on the module's weight, its geometry spelled out."""
-    target = node.fx_node.target
-    module = graph.modules[target]
-    name = type(module).__name__
-    geometry = f"stride={module.stride!r}, padding={module.padding!r}, dilation={module.dilation!r}"
-    if name.startswith("ConvTranspose"):
-        geometry += f", output_padding={module.output_padding!r}"
-    return f"F.{CONV_FUNCTIONS[name]}({x}, self.{target}.weight, None, {geometry}, groups={module.groups})"
+    """Python for the conv without its bias: F.conv*d on the module's weight."""
+    return functional_conv(graph, node, x, f"self.{node.fx_node.target}.weight", "None")
