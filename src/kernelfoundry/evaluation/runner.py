@@ -270,10 +270,15 @@ class Runner:
     def _build_model(self, init_inputs: list[Any], host_params: dict[str, Any]) -> Any:
         import torch
 
+        from kernelfoundry.tasks.reference import construct_on
+
         assert self.model_new_cls is not None
         try:
             torch.manual_seed(0)
-            model = self.model_new_cls(*init_inputs).to(self.device.device).eval()
+            # the glue's modules initialised where they compute (a host-side init of a large Linear took
+            # seconds per evaluation); its parameters are overwritten from the judge's below anyway
+            model = construct_on(self.model_new_cls, init_inputs, self.device.device)
+            model = model.to(self.device.device).eval()
         except Exception as exc:
             raise EvaluationFailure(
                 reasons.GLUE_ERROR, f"ModelNew(*init_inputs) failed: {type(exc).__name__}: {exc}"

@@ -46,6 +46,43 @@ def test_inputs_are_drawn_by_factory_calls_on_the_device_not_copied_from_the_hos
     assert ref.inputs[0].device.type == "meta"
 
 
+BUILT_ON = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 4)
+        self.where = torch.empty(1).device
+        HOST_ONLY
+
+    def forward(self, x):
+        return self.linear(x)
+
+def get_inputs():
+    return [torch.randn(2, 8)]
+"""
+
+
+def test_the_model_is_built_on_the_device_not_initialised_on_the_host_and_moved() -> None:
+    task = Task("built_on", BUILT_ON.replace("HOST_ONLY", "pass"))
+    ref = instantiate(task, task.shapes[0], seed=1, device="meta")
+    assert ref.model.where == torch.device("meta")  # factory calls in __init__ ran on the device
+    assert ref.model.linear.weight.device.type == "meta"
+
+
+def test_a_model_that_cannot_be_built_on_the_device_is_built_on_the_host_and_moved() -> None:
+    # .numpy() needs host memory: __init__ fails on the meta device and succeeds on the host
+    task = Task("built_on", BUILT_ON.replace("HOST_ONLY", "torch.zeros(2).numpy()"))
+    ref = instantiate(task, task.shapes[0], seed=1, device="meta")
+    assert ref.model.where == torch.device("cpu")
+    assert ref.model.linear.weight.device.type == "meta"
+    host = instantiate(task, task.shapes[0], seed=1)
+    again = instantiate(task, task.shapes[0], seed=1)
+    assert torch.equal(host.model.linear.weight, again.model.linear.weight)  # seed 0 for parameters
+
+
 RELU = """
 import torch
 import torch.nn as nn
