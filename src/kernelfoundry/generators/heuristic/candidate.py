@@ -89,9 +89,10 @@ def descriptors_for(
     if variant.online and has_softmax:
         algorithm = 2  # the running max/sum (`m_new`) reformulation of softmax
     has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
-    # row kernels stage their block reduction in __shared__ scratch; pointwise kernels use float4
-    memory = 2 if has_rows else int(variant.vectorize and variant.fuse)
-    parallelism = 0
+    # row kernels stage their block reduction in __shared__ scratch, a channels-last tail its transpose;
+    # pointwise kernels use float4
+    memory = 2 if has_rows or variant.channels_last else int(variant.vectorize and variant.fuse)
+    parallelism = 1 if variant.channels_last else 0  # the block's threads share the transposing tile
     if has_rows:
         parallelism = {"block": 1, "warp": 2, "atomic": 3}.get(variant.reduction, 1)
         if variant.reduction == "atomic" and not has_sum:
@@ -143,7 +144,7 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         language = "cuda"
     else:
         raise UnsupportedGraph(f"no emitter for backend `{backend}`")
-    nhwc = channels_last_source(graph, parts) if backend == "cpu" and variant.channels_last else None
+    nhwc = channels_last_source(graph, parts, backend) if variant.channels_last else None
     layout = frozenset({nhwc}) if nhwc else frozenset()
     ops: dict[str, tuple[OpKernel, str]] = {}
     if graph.generated_ops and not layout:

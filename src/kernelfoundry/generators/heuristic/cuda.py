@@ -23,6 +23,7 @@ from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
 from kernelfoundry.generators.heuristic.graph import Ref
+from kernelfoundry.generators.heuristic.layout import channels_last_source, cuda_channels_last_unit
 from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
@@ -130,6 +131,12 @@ static float* kf_alloc(size_t bytes, cudaStream_t st) {
 class CudaEmitter(RowKernels, ColumnKernels):
     def unit(self, parts: list[Part], header: list[str]) -> str:
         bodies: list[str] = []
+        nhwc = channels_last_source(self.graph, parts, "cuda") if self.variant.channels_last else None
+        if nhwc is not None:
+            kernel, entry = cuda_channels_last_unit(self.graph, parts[0], nhwc)
+            self.kernels.append(kernel)
+            bodies += [*entry, ""]
+            parts = []
         for part in parts:
             self._steps = part.steps
             bodies += entry_point(

@@ -30,6 +30,11 @@ def _reduced(shape, d0, d1, keepdim):
 """
 
 
+def _to_last(rank: int) -> str:
+    """permute() arguments that move dim 1 (the channels) last: an NHWC tensor's contiguous view."""
+    return ", ".join(str(d) for d in (0, *range(2, rank), 1))
+
+
 def _modules_to_recreate(graph: Graph, generated: frozenset[str] = frozenset()) -> list[str]:
     """Leaf modules the glue rebuilds from their reprs: those it calls, and owners of parameters it
     reads. A module only an op kernel computes (`generated` nodes) is not rebuilt, its parameters are
@@ -125,9 +130,8 @@ def glue_source(
             src = graph.aliases.get(first.name, first.name) if hasattr(first, "name") else ""
             call_expr = dict(expr)
             if n.name in channels_last:
-                lines.append(
-                    f"        {src}_nhwc = {expr[src]}.contiguous(memory_format=torch.channels_last)"
-                )
+                layout = "channels_last" if len(graph.shapes[n.name]) == 4 else "channels_last_3d"
+                lines.append(f"        {src}_nhwc = {expr[src]}.contiguous(memory_format=torch.{layout})")
                 call_expr[src] = f"{src}_nhwc"
             if "fold" in n.attrs:
                 lines.append(f"        {n.name} = {folded_call(graph, n, call_expr[src])}")
@@ -150,7 +154,9 @@ def glue_source(
         for name in part.outputs:
             expr[name] = name
         ins = ", ".join(
-            f"{expr[i]}.permute(0, 2, 3, 1).contiguous()" if i in channels_last else expr[i]
+            f"{expr[i]}.permute({_to_last(len(graph.shapes[i]))}).contiguous()"
+            if i in channels_last
+            else expr[i]
             for i in part.inputs
         )
         outs = ", ".join(part.outputs)

@@ -1,12 +1,18 @@
-"""Channels-last conv tails (CPU): the conv runs in NHWC, the tail kernel transposes back through a tile.
+"""Channels-last conv tails: the conv runs in NHWC, the tail kernel transposes back through a tile.
 
 oneDNN's CPU convolutions are native in NHWC; on NCHW tensors they reorder in and out. When a graph is
 a Conv2d followed only by a pointwise chain (after folding its affine tail into the conv), the glue runs
 the conv on a channels-last input and passes the NHWC result (`permute(0, 2, 3, 1)`, contiguous) to a
 kernel that evaluates the chain while transposing NHWC -> NCHW through a local tile buffer: TILE
 positions x TILE channels are read row by row (contiguous in C), staged in an L1-resident tile, and
-written channel by channel (contiguous in HW). The output keeps the reference's NCHW layout. Pure string
-building; never compiles or runs what it emits.
+written channel by channel (contiguous in HW). The output keeps the reference's NCHW layout.
+
+CUDA: cuDNN's float32 convs on NCHW tensors transpose to NHWC and back around its tensor-core kernels
+(tests/kernelbench/probe_conv_layouts.py: most of torch.compile's lead on level-2 conv tasks). The same
+shape of graph (a 2-D or 3-D conv, forward or transposed, with a pointwise tail whose other operands are
+scalars or per-channel, the conv's bias among them: unbias.py) runs the conv on channels-last tensors
+and a kernel reads its NHWC output through a 32 x 32 shared tile, coalesced on both sides, writing the
+tail's result in NCHW. Pure string building; never compiles or runs what it emits.
 """
 
 from __future__ import annotations
@@ -26,26 +32,44 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def channels_last_source(graph: Graph, parts: list[Part]) -> str | None:
-    """The Conv2d output the graph's single pointwise step reads, when the channels-last tail applies."""
+CUDA_CHANNELS_LAST_CONVS = frozenset({"Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d"})
+
+
+def channels_last_source(graph: Graph, parts: list[Part], backend: str = "cpu") -> str | None:
+    """The conv output the graph's single pointwise step reads, when the channels-last tail applies:
+    CPU, a Conv2d with scalar operands beside it; CUDA, a 2-D or 3-D conv (forward or transposed) with
+    scalar or per-channel operands beside it."""
     if len(parts) != 1 or len(parts[0].steps) != 1 or len(parts[0].outputs) != 1:
         return None
     step = parts[0].steps[0]
-    if step.kind != "pointwise" or len(graph.shapes[step.out]) != 4:
+    out_shape = tuple(graph.shapes[step.out])
+    if step.kind != "pointwise" or len(out_shape) not in ((4,) if backend == "cpu" else (4, 5)):
         return None
     leaves = step.prologue_leaves(graph)
     full = [leaf for leaf in leaves if _numel(tuple(graph.shapes[leaf.name])) != 1]
+    if backend == "cuda":
+        full = [leaf for leaf in full if not per_channel(graph, leaf, out_shape)]
     if len(full) != 1 or full[0].trail != 0:
         return None
     node = graph.node(full[0].name)
     if node is None or node.fx_node is None or node.fx_node.op != "call_module":
         return None
     module = graph.modules.get(node.fx_node.target)
-    if module is None or type(module).__name__ != "Conv2d":
+    kinds = {"Conv2d"} if backend == "cpu" else CUDA_CHANNELS_LAST_CONVS
+    if module is None or type(module).__name__ not in kinds:
         return None
-    if tuple(graph.shapes[full[0].name]) != tuple(graph.shapes[step.out]):
+    if tuple(graph.shapes[full[0].name]) != out_shape:
         return None
     return full[0].name
+
+
+def per_channel(graph: Graph, leaf: Leaf, out_shape: tuple[int, ...]) -> bool:
+    """Whether `leaf` broadcasts as one value per channel (dim 1) of an output of `out_shape`."""
+    shape = tuple(graph.shapes[leaf.name]) + (1,) * leaf.trail
+    if len(shape) > len(out_shape):
+        return False
+    shape = (1,) * (len(out_shape) - len(shape)) + shape
+    return shape == tuple(out_shape[1] if d == 1 else 1 for d in range(len(out_shape)))
 
 
 def channels_last_entry(graph: Graph, part: Part, source: str) -> list[str]:
@@ -113,3 +137,96 @@ def channels_last_entry(graph: Graph, part: Part, source: str) -> list[str]:
         "}",
     ]
     return lines
+
+
+def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str, list[str]]:
+    """CUDA: the tail kernel and its entry point: NHWC (NDHWC) `source`, scalar and per-channel
+    operands in, the tail's output in NCHW (NCDHW) out. A block stages 32 positions x up to 32 channels:
+    it reads them in one coalesced sweep of the NHWC rows (the tail evaluated on the way), and writes
+    each channel's 32 positions as one coalesced row of the output."""
+    step = part.steps[0]
+    out_name = part.outputs[0]
+    out_shape = tuple(graph.shapes[out_name])
+    rank = len(out_shape)
+    params: list[str] = []
+    args: list[str] = []
+    loads: dict[Leaf, str] = {}
+    for leaf in step.prologue_leaves(graph):
+        if leaf.name == source:
+            loads[leaf] = "v"
+        elif leaf.name not in part.inputs:
+            raise UnsupportedGraph(f"`{leaf.name}` is not an input of the channels-last tail")
+        elif _numel(tuple(graph.shapes[leaf.name])) == 1:
+            loads[leaf] = f"{ptr(leaf.name)}[0]"
+        else:
+            loads[leaf] = f"{ptr(leaf.name)}[c0 + c]"
+    for name in part.inputs:
+        if name != source:
+            params.append(f"const float* __restrict__ {ptr(name)}")
+            args.append(ptr(name))
+    body, result = emit(graph, step, Ref(step.root.name), lambda leaf: loads[leaf], indent="      ")
+    kname = f"{part.entry_point}_nhwc"
+    kernel = [
+        f"__global__ void __launch_bounds__(256) {kname}(int64_t HW, int64_t C,"
+        f" const float* __restrict__ src, float* __restrict__ out"
+        + "".join(", " + p for p in params)
+        + ") {",
+        "  __shared__ float tile[32][33];",
+        "  const int64_t n = blockIdx.z, p0 = (int64_t)blockIdx.x * 32, c0 = (int64_t)blockIdx.y * 32;",
+        "  const int np = (int)(HW - p0 < 32 ? HW - p0 : 32), nc = (int)(C - c0 < 32 ? C - c0 : 32);",
+        "  const float* __restrict__ rows = src + (n * HW + p0) * C + c0;",
+        "  for (int e = threadIdx.x; e < np * nc; e += blockDim.x) {",
+        "    const int p = e / nc, c = e - p * nc;",
+        "    const float v = rows[(int64_t)p * C + c];",
+        *body,
+        f"    tile[p][c] = {result};",
+        "  }",
+        "  __syncthreads();",
+        "  const int tx = threadIdx.x & 31;",
+        "  for (int c = threadIdx.x >> 5; c < nc; c += blockDim.x >> 5) {",
+        "    if (tx < np) out[(n * C + c0 + c) * HW + p0 + tx] = tile[tx][c];",
+        "  }",
+        "}",
+    ]
+    entry = [
+        f"KF_EXPORT int {part.entry_point}(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,",
+        "                              int32_t n_outputs, void* stream) {",
+        f"  if (n_inputs != {len(part.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;",
+    ]
+    pointers: dict[str, str] = {}
+    for i, name in enumerate(part.inputs):
+        entry.append(f"  kf_shape s_{i};")
+        entry.append(
+            f"  if (!kf_tensor_ok(&inputs[{i}]) || !kf_shape_of(&inputs[{i}], &s_{i}))"
+            " return KF_ERR_BAD_ARGUMENTS;"
+        )
+        entry.append(f"  const float* {ptr(name)} = KF_DATA(const float, &inputs[{i}]);")
+        pointers[name] = f"s_{i}"
+    x = pointers[source]
+    entry += [
+        f"  if ({x}.nd != {rank}) return KF_ERR_BAD_ARGUMENTS;",
+        f"  const int64_t N = {x}.d[0], C = {x}.d[{rank - 1}], HW = kf_prod(&{x}, 1, {rank - 1});",
+    ]
+    for name in part.inputs:
+        if name == source:
+            continue
+        s_i = pointers[name]
+        want = "1" if _numel(tuple(graph.shapes[name])) == 1 else "C"
+        entry.append(f"  if (kf_prod(&{s_i}, 0, {s_i}.nd) != {want}) return KF_ERR_BAD_ARGUMENTS;")
+    entry += [
+        "  kf_shape want;",
+        f"  want.nd = {rank}; want.d[0] = N; want.d[1] = C;",
+        *[f"  want.d[{d}] = {x}.d[{d - 1}];" for d in range(2, rank)],
+        "  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_is(&outputs[0], want)) return KF_ERR_BAD_ARGUMENTS;",
+        f"  float* {ptr(out_name)} = KF_DATA(float, &outputs[0]);",
+        "  if (N * C * HW == 0) return KF_OK;",
+        "  if (N > 65535 || (C + 31) / 32 > 65535 || (HW + 31) / 32 > 2147483647) return KF_ERR_UNSUPPORTED;",
+        "  const dim3 grid((unsigned)((HW + 31) / 32), (unsigned)((C + 31) / 32), (unsigned)N);",
+        f"  {kname}<<<grid, 256, 0, st>>>(HW, C, {ptr(source)}, {ptr(out_name)}"
+        + "".join(", " + a for a in args)
+        + ");",
+        "  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;",
+        "  return KF_OK;",
+        "}",
+    ]
+    return "\n".join(kernel), entry

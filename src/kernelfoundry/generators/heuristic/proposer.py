@@ -40,6 +40,7 @@ from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, ca
 from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.settle import settle
+from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from kernelfoundry.generators.heuristic.variant import Variant, parse_variant
 from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.model import Task, TaskError
@@ -56,6 +57,17 @@ def channels_last_applies(graph: Graph) -> bool:
     except UnsupportedGraph:
         return False
     return channels_last_source(folded, parts) is not None
+
+
+def cuda_channels_last_applies(graph: Graph) -> bool:
+    """Whether the graph is a 2-D or 3-D conv kept in cuDNN with only a pointwise tail (its bias and
+    other per-channel operands included: unbias.py) that a channels-last tail can read (CUDA)."""
+    unbiased = unbias_convs(graph)
+    try:
+        parts = partition(unbiased, True)
+    except UnsupportedGraph:
+        return False
+    return channels_last_source(unbiased, parts, "cuda") is not None
 
 
 def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
@@ -168,6 +180,16 @@ def cuda_seeds(
         # a bare conv leads with the family: the alternative is the direct op kernel, one thread an
         # output; a conv with a tail keeps cuDNN's conv and the fused tail first
         seeds = [*family, *seeds] if conv.step is None else [*seeds, *family]
+    if cuda_channels_last_applies(graph):
+        # torch.compile's layout: cuDNN's conv on channels-last tensors (on NCHW ones it transposes in
+        # and out around its tensor-core kernels), the tail reading NHWC and writing NCHW through a tile
+        seeds.insert(
+            1,
+            (
+                Variant(channels_last=True),
+                "conv in channels-last, the tail transposes NHWC -> NCHW in a tile",
+            ),
+        )
     if has_softmax:
         seeds.append((Variant(online=True), "fused, online softmax (max and sum in one pass)"))
     if has_rows:

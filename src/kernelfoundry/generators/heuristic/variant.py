@@ -24,7 +24,7 @@ class Variant:
     par_rows: bool = False  # CPU pointwise: parallelise over rows only (else rows x chunks)
     fold: bool = False  # fold per-channel affine tails into the heavy op's weights (glue)
     row_warps: bool = False  # CUDA rows: one warp per row when R <= WARP_ROW_MAX
-    channels_last: bool = False  # CPU conv tails: conv in NHWC, tail transposes through a tile
+    channels_last: bool = False  # conv tails: conv in NHWC, the tail transposes through a tile (layout.py)
     # the linear itself generated, the tail its epilogue: CPU tiled GEMM (cpu_gemm.py) or implicit-GEMM
     # conv (cpu_conv.py); CUDA tiled SGEMM with a pointwise or sum / mean tail (cuda_gemm.py)
     gemm: bool = False
