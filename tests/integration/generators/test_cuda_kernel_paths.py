@@ -191,7 +191,7 @@ MIDDLE_SOFTMAX = [c for c in CASES if "softmax" in c and ("channels" in c or "mi
 def test_a_conv_tail_has_a_seed_that_reads_the_conv_in_channels_last(case: str) -> None:
     _, kernels = seeds(case)
     nhwc = [k for k in kernels if '"channels_last": true' in k.code]
-    assert len(nhwc) == 1 and kernels.index(nhwc[0]) == 1  # second: the first generation holds it
+    assert len(nhwc) == 1  # a late seed (it lost on level2/4 on the H200), and `tiling` reaches it
     assert "memory_format=torch.channels_last" in nhwc[0].glue and "_nhwc<<<" in nhwc[0].code
 
 

@@ -55,8 +55,27 @@ def test_a_3d_conv_runs_channels_last_3d_and_reaches_its_part_as_ndhwc() -> None
     from kernelfoundry.generators.base import GenerationRequest
 
     task = conv_task("t", *APPLIES["conv3d"])
-    result = HeuristicGenerator().generate_sync(GenerationRequest("g", task, "cuda", count=4))
+    result = HeuristicGenerator().generate_sync(GenerationRequest("g", task, "cuda", count=16))
     glue = next(c.source.glue for c in result.candidates if '"channels_last": true' in c.source.code)
     assert "memory_format=torch.channels_last_3d" in glue
     assert ".permute(0, 2, 3, 4, 1).contiguous()" in glue
     assert "self.conv.weight, None," in glue  # the bias is the tail's per-channel operand
+
+
+def test_tiling_toggles_the_channels_last_tail_on_cuda() -> None:
+    from kernelfoundry.generators.base import GenerationRequest, ParentKernel
+
+    task = conv_task("t", *APPLIES["conv2d_bias_and_parameter"])
+    generator = HeuristicGenerator()
+    seeds = generator.generate_sync(GenerationRequest("g", task, "cuda", count=1)).candidates
+    parent = seeds[0]
+    assert '"channels_last": false' in parent.source.code
+    request = GenerationRequest(
+        "m", task, "cuda", parent=ParentKernel(parent.source, parent.strategy, 1.0, 1.0), mutation="tiling"
+    )
+    child = generator.generate_sync(request).candidates[0]
+    assert '"channels_last": true' in child.source.code and "_nhwc<<<" in child.source.code
+    back = GenerationRequest(
+        "b", task, "cuda", parent=ParentKernel(child.source, child.strategy, 1.0, 1.0), mutation="tiling"
+    )
+    assert '"channels_last": false' in generator.generate_sync(back).candidates[0].source.code

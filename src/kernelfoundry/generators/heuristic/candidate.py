@@ -89,10 +89,14 @@ def descriptors_for(
     if variant.online and has_softmax:
         algorithm = 2  # the running max/sum (`m_new`) reformulation of softmax
     has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
+    unbiased = unbias_convs(graph)
+    nhwc = variant.channels_last and (
+        channels_last_source(unbiased, partition(unbiased, variant.fuse), "cuda") is not None
+    )
     # row kernels stage their block reduction in __shared__ scratch, a channels-last tail its transpose;
     # pointwise kernels use float4
-    memory = 2 if has_rows or variant.channels_last else int(variant.vectorize and variant.fuse)
-    parallelism = 1 if variant.channels_last else 0  # the block's threads share the transposing tile
+    memory = 2 if has_rows or nhwc else int(variant.vectorize and variant.fuse)
+    parallelism = 1 if nhwc else 0  # the block's threads share the transposing tile
     if has_rows:
         parallelism = {"block": 1, "warp": 2, "atomic": 3}.get(variant.reduction, 1)
         if variant.reduction == "atomic" and not has_sum:
