@@ -3,6 +3,8 @@
 # installs the carried wheels, then the steps named as arguments, each under its own time limit, writing
 # logs and results into $OUT. Steps:
 #   probe      which sandbox protections the host's CUDA initialises under (kernelfoundry.sandbox.gpu_probe)
+#   ipc-probe  whether CUDA IPC works between the judge and a process sealed like the runner, both ways
+#              (kernelfoundry.sandbox.gpu_ipc_probe: the ground for a device-to-device output fetch)
 #   gpu-tests  the GPU tests of the sealed evaluation and the CUDA attacks of the adversarial suite
 #   ab         bench/evaluator_ab.py: the suite's seeds judged by the base evaluator (.device-carry/base/src)
 #              and by this tree's, side by side
@@ -34,6 +36,9 @@ from kernelfoundry.sandbox.gpu_probe import LADDER, probe
 for rung in LADDER:
     print(rung, probe(rung), flush=True)
 ' 2>&1 | tee "$out/probe.txt"
+      ;;
+    ipc-probe)
+      timeout "${KF_STEP_LIMIT_IPC_PROBE:-150}" python3 -m kernelfoundry.sandbox.gpu_ipc_probe 2>&1 | tee "$out/ipc_probe.txt"
       ;;
     gpu-tests)
       timeout "${KF_STEP_LIMIT_GPU_TESTS:-260}" python3 -m pytest -q -rfEs -m gpu -p no:cacheprovider \

@@ -1,0 +1,190 @@
+"""Whether CUDA IPC works between the judge and a process sealed like the runner, in both directions.
+
+A staged device's outputs reach the judge through page-locked host memory today: two copies over the
+host link per checked call (about 0.36 s for a 6.4 GB output on the H200: most of a level-1
+evaluation's checks). With CUDA IPC the judge would map the runner's output memory (or the runner the
+judge's) and copy inside the device. Whether the driver allows it across the sandbox's namespaces and
+Landlock rules is a property of the host, so it is probed, as gpu_probe.py probes CUDA's start-up:
+
+- `runner_to_judge`: the sandboxed process allocates and fills a buffer, exports it
+  (cuIpcGetMemHandle); the judge opens it (cuIpcOpenMemHandle) and reads the values back;
+- `judge_to_runner`: the judge exports a buffer; the sandboxed process opens it and writes into it.
+
+    python -m kernelfoundry.sandbox.gpu_ipc_probe      # one JSON line; exit 0 when both work
+
+Driver API through ctypes in both processes (torch only makes the primary context current and wraps
+the mapped pointers). Nothing here is used by the evaluation yet: the probe says whether it can be.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ELEMENTS = 1 << 20  # 4 MiB of float32
+PROBE_TIMEOUT_S = 120.0
+_LAZY_ENABLE_PEER_ACCESS = 1
+
+# The sandboxed side: opens the judge's buffer and writes 7.0 into it, exports a buffer of its own
+# holding 3.0, reports, and keeps its memory alive until the judge says it is done.
+_CHILD = r"""
+import ctypes, json, sys
+import torch
+from kernelfoundry.sandbox.gpu_ipc_probe import driver, export, open_handle, wrap
+out = {}
+try:
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    cuda = driver()
+    request = json.loads(sys.stdin.readline())
+    rc, pointer = open_handle(cuda, bytes.fromhex(request["handle"]))
+    out["open_rc"] = rc
+    if rc == 0:
+        wrap(pointer + int(request["offset"]), int(request["elements"])).fill_(7.0)
+        torch.cuda.synchronize()
+    mine = torch.full((int(request["elements"]),), 3.0, device="cuda")
+    torch.cuda.synchronize()
+    rc, handle, offset = export(cuda, mine.data_ptr())
+    out.update(export_rc=rc, handle=handle.hex(), offset=offset)
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out), flush=True)
+sys.stdin.readline()
+"""
+
+
+class _Handle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+def driver() -> Any:
+    """libcuda with the signatures the probe calls (the _v2 entry points where the driver has them)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    for name in ("cuMemGetAddressRange_v2", "cuMemGetAddressRange"):
+        if hasattr(cuda, name):
+            cuda.kf_range = getattr(cuda, name)
+            break
+    cuda.kf_range.argtypes = [
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.c_uint64,
+    ]
+    cuda.cuIpcGetMemHandle.argtypes = [ctypes.POINTER(_Handle), ctypes.c_uint64]
+    opener = getattr(cuda, "cuIpcOpenMemHandle_v2", None) or cuda.cuIpcOpenMemHandle
+    opener.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle, ctypes.c_uint]
+    cuda.kf_open = opener
+    return cuda
+
+
+def export(cuda: Any, address: int) -> tuple[int, bytes, int]:
+    """(status, the IPC handle of the allocation holding `address`, `address`'s offset in it)."""
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    rc = cuda.kf_range(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(address))
+    if rc != 0:
+        return rc, b"", 0
+    handle = _Handle()
+    rc = cuda.cuIpcGetMemHandle(ctypes.byref(handle), base)
+    return rc, bytes(handle.reserved), address - base.value
+
+
+def open_handle(cuda: Any, handle: bytes) -> tuple[int, int]:
+    """(status, the device address the other process's allocation is mapped at here)."""
+    raw = _Handle()
+    ctypes.memmove(ctypes.addressof(raw), handle, 64)
+    pointer = ctypes.c_uint64()
+    rc = cuda.kf_open(ctypes.byref(pointer), raw, _LAZY_ENABLE_PEER_ACCESS)
+    return rc, pointer.value
+
+
+def wrap(address: int, elements: int) -> Any:
+    """A float32 CUDA tensor over `elements` values at device `address` (no copy, no ownership)."""
+    import torch
+
+    class _View:
+        def __init__(self) -> None:
+            self.__cuda_array_interface__ = {
+                "shape": (elements,),
+                "typestr": "<f4",
+                "data": (address, False),
+                "version": 3,
+            }
+
+    return torch.as_tensor(_View(), device="cuda")
+
+
+def probe() -> dict[str, Any]:
+    """Both directions against a process sealed like the runner; a dict of what happened."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"available": False, "why": "no CUDA device"}
+    from kernelfoundry.evaluation.runner_client import runner_environment
+    from kernelfoundry.sandbox import SandboxPolicy, spawn_sandboxed
+
+    cuda = driver()
+    mine = torch.zeros(ELEMENTS, device="cuda")
+    torch.cuda.synchronize()
+    rc, handle, offset = export(cuda, mine.data_ptr())
+    result: dict[str, Any] = {"available": True, "export_rc": rc}
+    if rc != 0:
+        return result
+    with tempfile.TemporaryDirectory(prefix="kf-ipc-probe-") as scratch:
+        policy = SandboxPolicy(
+            scratch=Path(scratch), env_allow=(), env_set=runner_environment(Path(scratch)), gpu=True
+        )
+        process = spawn_sandboxed(
+            [sys.executable, "-c", _CHILD],  # not -I: the child imports kernelfoundry from PYTHONPATH
+            policy,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        result["protections"] = list(process.protections)
+        try:
+            assert process.popen.stdin is not None and process.popen.stdout is not None
+            request = {"handle": handle.hex(), "offset": offset, "elements": ELEMENTS}
+            process.popen.stdin.write((json.dumps(request) + "\n").encode())
+            process.popen.stdin.flush()
+            ready, _, _ = select.select([process.popen.stdout], [], [], PROBE_TIMEOUT_S)
+            line = process.popen.stdout.readline().decode(errors="replace") if ready else ""
+            child = json.loads(line) if line.strip() else {"error": "no reply"}
+            result["child"] = {k: v for k, v in child.items() if k != "handle"}
+            torch.cuda.synchronize()
+            result["judge_to_runner"] = child.get("open_rc") == 0 and bool((mine == 7.0).all().item())
+            result["runner_to_judge"] = False
+            if child.get("export_rc") == 0:
+                rc, pointer = open_handle(cuda, bytes.fromhex(child["handle"]))
+                result["open_rc"] = rc
+                if rc == 0:
+                    started = time.perf_counter()
+                    copied = wrap(pointer + int(child["offset"]), ELEMENTS).clone()
+                    torch.cuda.synchronize()
+                    result["copy_ms"] = round((time.perf_counter() - started) * 1e3, 3)
+                    result["runner_to_judge"] = bool((copied == 3.0).all().item())
+            process.popen.stdin.write(b"done\n")
+            process.popen.stdin.flush()
+            process.wait(PROBE_TIMEOUT_S)
+        except Exception as exc:
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            if process.popen.stderr is not None and process.poll() is not None:
+                result["child_stderr"] = process.popen.stderr.read().decode(errors="replace")[-600:]
+            process.kill_all()
+    return result
+
+
+def main() -> int:
+    result = probe()
+    print(json.dumps(result), flush=True)
+    return 0 if result.get("judge_to_runner") and result.get("runner_to_judge") else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
