@@ -4,7 +4,7 @@
 # logs and results into $OUT. Steps:
 #   probe      which sandbox protections the host's CUDA initialises under (kernelfoundry.sandbox.gpu_probe)
 #   ipc-probe  whether CUDA IPC works between the judge and a process sealed like the runner, both ways
-#              (kernelfoundry.sandbox.gpu_ipc_probe: the ground for a device-to-device output fetch)
+#              (kernelfoundry.evaluation.ipc_probe: the ground for a device-to-device output fetch)
 #   gpu-tests  the GPU tests of the sealed evaluation and the CUDA attacks of the adversarial suite
 #   ab         bench/evaluator_ab.py: the suite's seeds judged by the base evaluator (.device-carry/base/src)
 #              and by this tree's, side by side
@@ -38,7 +38,7 @@ for rung in LADDER:
 ' 2>&1 | tee "$out/probe.txt"
       ;;
     ipc-probe)
-      timeout "${KF_STEP_LIMIT_IPC_PROBE:-150}" python3 -m kernelfoundry.sandbox.gpu_ipc_probe 2>&1 | tee "$out/ipc_probe.txt"
+      timeout "${KF_STEP_LIMIT_IPC_PROBE:-150}" python3 -m kernelfoundry.evaluation.ipc_probe 2>&1 | tee "$out/ipc_probe.txt"
       ;;
     gpu-tests)
       timeout "${KF_STEP_LIMIT_GPU_TESTS:-260}" python3 -m pytest -q -rfEs -m gpu -p no:cacheprovider \

@@ -4,13 +4,13 @@ A staged device's outputs reach the judge through page-locked host memory today:
 host link per checked call (about 0.36 s for a 6.4 GB output on the H200: most of a level-1
 evaluation's checks). With CUDA IPC the judge would map the runner's output memory (or the runner the
 judge's) and copy inside the device. Whether the driver allows it across the sandbox's namespaces and
-Landlock rules is a property of the host, so it is probed, as gpu_probe.py probes CUDA's start-up:
+Landlock rules is a property of the host, so it is probed, as sandbox/gpu_probe.py probes CUDA's start-up:
 
 - `runner_to_judge`: the sandboxed process allocates and fills a buffer, exports it
   (cuIpcGetMemHandle); the judge opens it (cuIpcOpenMemHandle) and reads the values back;
 - `judge_to_runner`: the judge exports a buffer; the sandboxed process opens it and writes into it.
 
-    python -m kernelfoundry.sandbox.gpu_ipc_probe      # one JSON line; exit 0 when both work
+    python -m kernelfoundry.evaluation.ipc_probe      # one JSON line; exit 0 when both work
 
 Driver API through ctypes in both processes (torch only makes the primary context current and wraps
 the mapped pointers). Nothing here is used by the evaluation yet: the probe says whether it can be.
@@ -37,7 +37,7 @@ _LAZY_ENABLE_PEER_ACCESS = 1
 _CHILD = r"""
 import ctypes, json, sys
 import torch
-from kernelfoundry.sandbox.gpu_ipc_probe import driver, export, open_handle, wrap
+from kernelfoundry.evaluation.ipc_probe import driver, export, open_handle, wrap
 out = {}
 try:
     torch.zeros(1, device="cuda")

@@ -1,4 +1,4 @@
-"""gpu_ipc_probe.py: whether CUDA IPC works between the judge and a process sealed like the runner.
+"""ipc_probe.py: whether CUDA IPC works between the judge and a process sealed like the runner.
 Without a GPU it says so and exits non-zero; with one (gpu marker) it reports both directions."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kernelfoundry.sandbox import gpu_ipc_probe
+from kernelfoundry.evaluation import ipc_probe
 
 
 def _cuda() -> bool:
@@ -22,7 +22,7 @@ def test_without_a_gpu_the_probe_says_so_and_exits_non_zero() -> None:
     if _cuda():
         pytest.skip("a CUDA device is present")
     done = subprocess.run(
-        [sys.executable, "-m", "kernelfoundry.sandbox.gpu_ipc_probe"],
+        [sys.executable, "-m", "kernelfoundry.evaluation.ipc_probe"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -35,7 +35,7 @@ def test_without_a_gpu_the_probe_says_so_and_exits_non_zero() -> None:
 def test_on_a_gpu_both_directions_are_reported() -> None:
     if not _cuda():
         pytest.skip("needs a CUDA device")
-    result = gpu_ipc_probe.probe()
+    result = ipc_probe.probe()
     assert result["available"] and result["export_rc"] == 0, result
     # whether IPC crosses the sandbox is the host's property: reported, not asserted
     assert isinstance(result.get("judge_to_runner"), bool), result
