@@ -27,7 +27,7 @@ from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_plan, cuda_ge
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph
-from kernelfoundry.generators.heuristic.layout import channels_last_source
+from kernelfoundry.generators.heuristic.layout import channels_last_source, to_channels_last_entry
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, op_kernel
 from kernelfoundry.generators.heuristic.opkernels_code import op_entries, op_unit
 from kernelfoundry.generators.heuristic.plan import partition
@@ -156,7 +156,8 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         covered = [k for n in graph.nodes if n.name in graph.generated_ops if (k := op_kernel(graph, n))]
         ops = {k.node: (k, f"kf_op{i}") for i, k in enumerate(covered)}
         code += "\n" + op_entries(list(ops.values()), backend)
-    glue = glue_source(graph, parts, layout, ops=ops) if graph.has_torch_nodes else ""
+    to_nhwc = to_channels_last_entry(parts[0]) if backend == "cuda" and layout else None
+    glue = glue_source(graph, parts, layout, ops=ops, to_nhwc=to_nhwc) if graph.has_torch_nodes else ""
     entry = parts[0].entry_point
     return KernelSource(
         language=language, code=code, entry_point=entry, glue=glue, tunables=parse_tunables(code)

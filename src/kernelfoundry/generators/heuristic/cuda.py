@@ -23,7 +23,12 @@ from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
 from kernelfoundry.generators.heuristic.graph import Ref
-from kernelfoundry.generators.heuristic.layout import channels_last_source, cuda_channels_last_unit
+from kernelfoundry.generators.heuristic.layout import (
+    channels_last_source,
+    cuda_channels_last_unit,
+    cuda_to_channels_last_unit,
+    to_channels_last_entry,
+)
 from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
@@ -134,8 +139,9 @@ class CudaEmitter(RowKernels, ColumnKernels):
         nhwc = channels_last_source(self.graph, parts, "cuda") if self.variant.channels_last else None
         if nhwc is not None:
             kernel, entry = cuda_channels_last_unit(self.graph, parts[0], nhwc)
-            self.kernels.append(kernel)
-            bodies += [*entry, ""]
+            convert, convert_entry = cuda_to_channels_last_unit(to_channels_last_entry(parts[0]))
+            self.kernels += [kernel, convert]
+            bodies += [*entry, "", *convert_entry, ""]
             parts = []
         for part in parts:
             self._steps = part.steps

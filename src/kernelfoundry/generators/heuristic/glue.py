@@ -71,9 +71,11 @@ def glue_source(
     parts: list[Part],
     channels_last: frozenset[str] = frozenset(),
     ops: Mapping[str, tuple[OpKernel, str]] | None = None,
+    to_nhwc: str | None = None,
 ) -> str:
-    """ModelNew; heavy ops named in `channels_last` run on an NHWC input and reach their part as NHWC;
-    nodes named in `ops` launch their generated op kernel (entry) instead of running in torch."""
+    """ModelNew; heavy ops named in `channels_last` run on an NHWC input (torch's channels-last copy,
+    or the one entry point `to_nhwc` writes) and reach their part as NHWC; nodes named in `ops` launch
+    their generated op kernel (entry) instead of running in torch."""
     ops = ops or {}
     helpers = [_HELPERS, GLUE_HELPERS] if ops else [_HELPERS]
     lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", *helpers, ""]
@@ -129,7 +131,16 @@ def glue_source(
             first = n.fx_node.args[0] if n.fx_node.args else None
             src = graph.aliases.get(first.name, first.name) if hasattr(first, "name") else ""
             call_expr = dict(expr)
-            if n.name in channels_last:
+            if n.name in channels_last and to_nhwc:
+                rank = len(graph.shapes[src])
+                dims = ", ".join(f"{expr[src]}.shape[{d}]" for d in (0, *range(2, rank), 1))
+                device = f"{expr[src]}.device"
+                empty = f"torch.empty(({dims}), dtype=torch.float32, device={device})"
+                lines.append(f"        {src}_nhwc = {empty}")
+                lines.append(f"        kf.launch({to_nhwc!r}, [{expr[src]}], [{src}_nhwc])")
+                back = ", ".join(str(d) for d in (0, rank - 1, *range(1, rank - 1)))
+                call_expr[src] = f"{src}_nhwc.permute({back})"  # NCHW-shaped, channels-last strides
+            elif n.name in channels_last:
                 layout = "channels_last" if len(graph.shapes[n.name]) == 4 else "channels_last_3d"
                 lines.append(f"        {src}_nhwc = {expr[src]}.contiguous(memory_format=torch.{layout})")
                 call_expr[src] = f"{src}_nhwc"
