@@ -72,16 +72,14 @@ def per_channel(graph: Graph, leaf: Leaf, out_shape: tuple[int, ...]) -> bool:
     return shape == tuple(out_shape[1] if d == 1 else 1 for d in range(len(out_shape)))
 
 
-def channels_last_entry(graph: Graph, part: Part, source: str) -> list[str]:
-    """The entry point: NHWC `source` (and scalar operands) in, the NCHW tail output out."""
-    step = part.steps[0]
-    out_name = part.outputs[0]
+def _entry_head(part: Part) -> list[str]:
+    """A tail entry point's opening: its signature, the operand counts, each input's shape `s_<i>`
+    (checked) and data pointer."""
     lines = [
         f"KF_EXPORT int {part.entry_point}(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,",
         "                              int32_t n_outputs, void* stream) {",
         f"  if (n_inputs != {len(part.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;",
     ]
-    loads: dict[Leaf, str] = {}
     for i, name in enumerate(part.inputs):
         lines.append(f"  kf_shape s_{i};")
         lines.append(
@@ -89,6 +87,16 @@ def channels_last_entry(graph: Graph, part: Part, source: str) -> list[str]:
             " return KF_ERR_BAD_ARGUMENTS;"
         )
         lines.append(f"  const float* {ptr(name)} = KF_DATA(const float, &inputs[{i}]);")
+    return lines
+
+
+def channels_last_entry(graph: Graph, part: Part, source: str) -> list[str]:
+    """The entry point: NHWC `source` (and scalar operands) in, the NCHW tail output out."""
+    step = part.steps[0]
+    out_name = part.outputs[0]
+    lines = _entry_head(part)
+    loads: dict[Leaf, str] = {}
+    for i, name in enumerate(part.inputs):
         if name == source:
             lines.append(f"  if (s_{i}.nd != 4) return KF_ERR_BAD_ARGUMENTS;")
             lines.append(f"  const kf_shape X = s_{i};")
@@ -188,20 +196,8 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
         "  }",
         "}",
     ]
-    entry = [
-        f"KF_EXPORT int {part.entry_point}(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,",
-        "                              int32_t n_outputs, void* stream) {",
-        f"  if (n_inputs != {len(part.inputs)} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;",
-    ]
-    pointers: dict[str, str] = {}
-    for i, name in enumerate(part.inputs):
-        entry.append(f"  kf_shape s_{i};")
-        entry.append(
-            f"  if (!kf_tensor_ok(&inputs[{i}]) || !kf_shape_of(&inputs[{i}], &s_{i}))"
-            " return KF_ERR_BAD_ARGUMENTS;"
-        )
-        entry.append(f"  const float* {ptr(name)} = KF_DATA(const float, &inputs[{i}]);")
-        pointers[name] = f"s_{i}"
+    entry = _entry_head(part)
+    pointers = {name: f"s_{i}" for i, name in enumerate(part.inputs)}
     x = pointers[source]
     entry += [
         f"  if ({x}.nd != {rank}) return KF_ERR_BAD_ARGUMENTS;",
