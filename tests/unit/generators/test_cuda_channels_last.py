@@ -11,7 +11,7 @@ from kernelfoundry.generators.heuristic import HeuristicGenerator
 from kernelfoundry.generators.heuristic.graph import Graph
 from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
-from kernelfoundry.generators.heuristic.proposer import cuda_channels_last_applies
+from kernelfoundry.generators.heuristic.proposer import channels_last_applies
 from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from tests.fixtures.conv_tasks import conv_task
 
@@ -34,12 +34,12 @@ def graph(module: str, shape: str, body: str) -> Graph:
 
 @pytest.mark.parametrize("name", sorted(APPLIES))
 def test_conv_tails_with_scalar_and_per_channel_operands_read_channels_last(name: str) -> None:
-    assert cuda_channels_last_applies(graph(*APPLIES[name]))
+    assert channels_last_applies(graph(*APPLIES[name]), "cuda")
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_other_graphs_keep_the_nchw_tail(name: str) -> None:
-    assert not cuda_channels_last_applies(graph(*REFUSED[name]))
+    assert not channels_last_applies(graph(*REFUSED[name]), "cuda")
 
 
 def test_the_cpu_tail_takes_no_per_channel_operand() -> None:

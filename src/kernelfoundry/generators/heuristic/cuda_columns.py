@@ -40,6 +40,7 @@ class ColumnKernels(EmitterBase):
                 g, step, Ref(step.out), lambda leaf: loads[leaf], root_var="y", indent="      "
             )
         soft = node.op == "softmax"
+        stat = "    const float inv = 1.0f / s;" if soft else "    const float ls = m + logf(s);"
         dst = "out[(o * R + j) * inner + i]"
         signature = (
             "(int64_t outer, int64_t R, int64_t inner, float* __restrict__ out"
@@ -66,8 +67,7 @@ class ColumnKernels(EmitterBase):
         k.append("      s = s * kf_exp(m - m_new) + kf_exp(xv - m_new);")
         k.append("      m = m_new;")
         k.append("    }")
-        k.append("    const float inv = 1.0f / s, ls = m + logf(s);")
-        k.append("    (void)inv; (void)ls;")
+        k.append(stat)
         k.append("    for (int64_t j = 0; j < R; ++j) {")
         k += xb
         k.append(f"      const float xv = {xv};")
@@ -97,8 +97,7 @@ class ColumnKernels(EmitterBase):
             else:
                 r.append("      if (j < R) s += kf_exp(v[j] - m);")
             r.append("    }")
-            r.append("    const float inv = 1.0f / s, ls = m + logf(s);")
-            r.append("    (void)inv; (void)ls;")
+            r.append(stat)
             r.append("    #pragma unroll")
             r.append("    for (int j = 0; j < N; ++j) {")
             r.append("      if (j < R) {")

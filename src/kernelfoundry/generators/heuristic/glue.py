@@ -30,9 +30,18 @@ def _reduced(shape, d0, d1, keepdim):
 """
 
 
-def _to_last(rank: int) -> str:
-    """permute() arguments that move dim 1 (the channels) last: an NHWC tensor's contiguous view."""
-    return ", ".join(str(d) for d in (0, *range(2, rank), 1))
+def _to_last(rank: int) -> tuple[int, ...]:
+    """The dims in NHWC order (the channels, dim 1, last): permute() to an NHWC tensor's contiguous view."""
+    return (0, *range(2, rank), 1)
+
+
+def _from_last(rank: int) -> tuple[int, ...]:
+    """The inverse of _to_last: an NHWC tensor seen as NCHW with channels-last strides."""
+    return (0, rank - 1, *range(1, rank - 1))
+
+
+def _dims(order: tuple[int, ...]) -> str:
+    return ", ".join(str(d) for d in order)
 
 
 def _modules_to_recreate(graph: Graph, generated: frozenset[str] = frozenset()) -> list[str]:
@@ -133,13 +142,12 @@ def glue_source(
             call_expr = dict(expr)
             if n.name in channels_last and to_nhwc:
                 rank = len(graph.shapes[src])
-                dims = ", ".join(f"{expr[src]}.shape[{d}]" for d in (0, *range(2, rank), 1))
+                dims = ", ".join(f"{expr[src]}.shape[{d}]" for d in _to_last(rank))
                 device = f"{expr[src]}.device"
                 empty = f"torch.empty(({dims}), dtype=torch.float32, device={device})"
                 lines.append(f"        {src}_nhwc = {empty}")
                 lines.append(f"        kf.launch({to_nhwc!r}, [{expr[src]}], [{src}_nhwc])")
-                back = ", ".join(str(d) for d in (0, rank - 1, *range(1, rank - 1)))
-                call_expr[src] = f"{src}_nhwc.permute({back})"  # NCHW-shaped, channels-last strides
+                call_expr[src] = f"{src}_nhwc.permute({_dims(_from_last(rank))})"
             elif n.name in channels_last:
                 layout = "channels_last" if len(graph.shapes[n.name]) == 4 else "channels_last_3d"
                 lines.append(f"        {src}_nhwc = {expr[src]}.contiguous(memory_format=torch.{layout})")
@@ -165,7 +173,7 @@ def glue_source(
         for name in part.outputs:
             expr[name] = name
         ins = ", ".join(
-            f"{expr[i]}.permute({_to_last(len(graph.shapes[i]))}).contiguous()"
+            f"{expr[i]}.permute({_dims(_to_last(len(graph.shapes[i])))}).contiguous()"
             if i in channels_last
             else expr[i]
             for i in part.inputs

@@ -215,17 +215,23 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
         *[f"  want.d[{d}] = {x}.d[{d - 1}];" for d in range(2, rank)],
         "  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_is(&outputs[0], want)) return KF_ERR_BAD_ARGUMENTS;",
         f"  float* {ptr(out_name)} = KF_DATA(float, &outputs[0]);",
+        *_tile_launch(kname, ["HW", "C", ptr(source), ptr(out_name), *args]),
+    ]
+    return "\n".join(kernel), entry
+
+
+def _tile_launch(kname: str, args: list[str]) -> list[str]:
+    """An entry point's end: `kname` launched over (positions / 32, channels / 32, images) blocks of 256
+    threads on the given stream (N, C and HW in scope), the launch checked."""
+    return [
         "  if (N * C * HW == 0) return KF_OK;",
         "  if (N > 65535 || (C + 31) / 32 > 65535 || (HW + 31) / 32 > 2147483647) return KF_ERR_UNSUPPORTED;",
         "  const dim3 grid((unsigned)((HW + 31) / 32), (unsigned)((C + 31) / 32), (unsigned)N);",
-        f"  {kname}<<<grid, 256, 0, st>>>(HW, C, {ptr(source)}, {ptr(out_name)}"
-        + "".join(", " + a for a in args)
-        + ");",
+        f"  {kname}<<<grid, 256, 0, st>>>({', '.join(args)});",
         "  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;",
         "  return KF_OK;",
         "}",
     ]
-    return "\n".join(kernel), entry
 
 
 def to_channels_last_entry(part: Part) -> str:
@@ -270,12 +276,6 @@ def cuda_to_channels_last_unit(entry: str) -> tuple[str, list[str]]:
         "  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_is(&outputs[0], want)) return KF_ERR_BAD_ARGUMENTS;",
         "  const float* src = KF_DATA(const float, &inputs[0]);",
         "  float* out = KF_DATA(float, &outputs[0]);",
-        "  if (N * C * HW == 0) return KF_OK;",
-        "  if (N > 65535 || (C + 31) / 32 > 65535 || (HW + 31) / 32 > 2147483647) return KF_ERR_UNSUPPORTED;",
-        "  const dim3 grid((unsigned)((HW + 31) / 32), (unsigned)((C + 31) / 32), (unsigned)N);",
-        f"  {kname}<<<grid, 256, 0, st>>>(C, HW, src, out);",
-        "  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;",
-        "  return KF_OK;",
-        "}",
+        *_tile_launch(kname, ["C", "HW", "src", "out"]),
     ]
     return "\n".join(kernel), lines

@@ -49,28 +49,19 @@ NAME = "heuristic"
 _REDUCTIONS = ("block", "warp", "atomic")
 
 
-def channels_last_applies(graph: Graph) -> bool:
-    """Whether the graph is a Conv2d with only a pointwise tail left after folding (CPU layout seed)."""
-    folded, _ = fold_affine_tails(graph)
+def channels_last_applies(graph: Graph, backend: str = "cpu") -> bool:
+    """Whether the graph is a conv with only a pointwise tail left that a channels-last tail can read:
+    CPU, a Conv2d after folding its affine tail; CUDA, a 2-D or 3-D conv kept in cuDNN, its bias and
+    other per-channel operands in the tail (unbias.py)."""
+    rewritten = fold_affine_tails(graph)[0] if backend == "cpu" else unbias_convs(graph)
     try:
-        parts = partition(folded, True)
+        parts = partition(rewritten, True)
     except UnsupportedGraph:
         return False
-    return channels_last_source(folded, parts) is not None
+    return channels_last_source(rewritten, parts, backend) is not None
 
 
 CUDA_CHANNELS_LAST = "conv in channels-last, the tail reads NHWC and writes NCHW through a tile"
-
-
-def cuda_channels_last_applies(graph: Graph) -> bool:
-    """Whether the graph is a 2-D or 3-D conv kept in cuDNN with only a pointwise tail (its bias and
-    other per-channel operands included: unbias.py) that a channels-last tail can read (CUDA)."""
-    unbiased = unbias_convs(graph)
-    try:
-        parts = partition(unbiased, True)
-    except UnsupportedGraph:
-        return False
-    return channels_last_source(unbiased, parts, "cuda") is not None
 
 
 def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
@@ -191,7 +182,7 @@ def cuda_seeds(
         seeds.append((Variant(reduction="atomic"), "fused, row splits combined with atomics"))
     if not has_rows:
         seeds.append((Variant(vectorize=False), "fused, scalar grid-stride loops (no alignment needed)"))
-    if cuda_channels_last_applies(graph):
+    if channels_last_applies(graph, "cuda"):
         # torch.compile's layout: cuDNN's conv on channels-last tensors, the tail reading NHWC and writing
         # NCHW through a tile. Late: on level2/4 it lost to the NCHW seed (6.28 ms vs 5.97; torch's
         # conversion of the input to NHWC costs what the conv gains), `tiling` reaches it
@@ -432,7 +423,7 @@ class HeuristicGenerator:
                 variant, why, src = gemm_mutation(graph, task, parent_variant, mutation, request, rng)
                 yield candidate(variant, mutation, why, src)
                 continue
-            if backend == "cuda" and mutation == "tiling" and cuda_channels_last_applies(graph):
+            if backend == "cuda" and mutation == "tiling" and channels_last_applies(graph, "cuda"):
                 on = not parent_variant.channels_last
                 variant = parent_variant.with_(channels_last=on, fuse=True)  # one fused tail step
                 why = CUDA_CHANNELS_LAST if on else "conv in NCHW, the tail fused after it"
