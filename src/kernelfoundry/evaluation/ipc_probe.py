@@ -10,7 +10,17 @@ Landlock rules is a property of the host, so it is probed, as sandbox/gpu_probe.
   (cuIpcGetMemHandle); the judge opens it (cuIpcOpenMemHandle) and reads the values back;
 - `judge_to_runner`: the judge exports a buffer; the sandboxed process opens it and writes into it.
 
-    python -m kernelfoundry.evaluation.ipc_probe      # one JSON line; exit 0 when both work
+Legacy IPC handles name the exporting process; the H200 host refused them across the sandbox both ways
+(cuIpcOpenMemHandle: CUDA_ERROR_INVALID_VALUE, bench/results/h200_2026-12-04). So a second method is
+probed, `shareable_fd`: the judge creates memory with the virtual memory management API
+(cuMemCreate, exportable as a POSIX file descriptor), passes the descriptor as it passes the channel
+and the memfd arenas, and the sandboxed process imports and maps it:
+
+- `writes`: the runner's read-write mapping wrote values the judge then reads (an output fetch);
+- `read_only_refused`: a second mapping of the same memory made read-only (CU_MEM_ACCESS_FLAGS_PROT_READ)
+  refused the runner's write, so inputs could be lent like the sealed memfd arenas.
+
+    python -m kernelfoundry.evaluation.ipc_probe      # one JSON line; exit 0 when a method works
 
 Driver API through ctypes in both processes (torch only makes the primary context current and wraps
 the mapped pointers). Nothing here is used by the evaluation yet: the probe says whether it can be.
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import select
 import subprocess
 import sys
@@ -60,8 +71,72 @@ sys.stdin.readline()
 """
 
 
+# The shareable-fd method's sandboxed side: imports the judge's descriptor, maps it read-write and
+# writes 7.0, then maps it again read-only and tries to write 9.0 (which a read-only mapping refuses).
+_FD_CHILD = r"""
+import json, sys
+import torch
+from kernelfoundry.evaluation.ipc_probe import PROT_READ, PROT_READ_WRITE, driver, map_shared, wrap, import_fd
+out = {}
+try:
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    cuda = driver()
+    request = json.loads(sys.stdin.readline())
+    size, elements, device = int(request["size"]), int(request["elements"]), torch.cuda.current_device()
+    rc, handle = import_fd(cuda, int(request["fd"]))
+    out["import_rc"] = rc
+    if rc == 0:
+        rc, pointer = map_shared(cuda, handle, size, device, PROT_READ_WRITE)
+        out["map_rc"] = rc
+        if rc == 0:
+            wrap(pointer, elements).fill_(7.0)
+            torch.cuda.synchronize()
+            out["wrote"] = True
+        rc, pointer = map_shared(cuda, handle, size, device, PROT_READ)
+        out["read_only_map_rc"] = rc
+        if rc == 0:
+            # the judge has the first answer even if the next write kills this process
+            print(json.dumps(out), flush=True)
+            sys.stdin.readline()
+            try:
+                wrap(pointer, elements).fill_(9.0)
+                torch.cuda.synchronize()
+                out["read_only_write"] = "completed"
+            except Exception as exc:
+                out["read_only_write"] = f"refused: {type(exc).__name__}: {str(exc)[:160]}"
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out), flush=True)
+"""
+
+_HANDLE_TYPE_POSIX_FD = 1
+_ALLOCATION_PINNED = 1
+_LOCATION_DEVICE = 1
+PROT_READ = 1
+PROT_READ_WRITE = 3
+
+
 class _Handle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _AllocationProp(ctypes.Structure):  # CUmemAllocationProp
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("requested_handle_types", ctypes.c_int),
+        ("location", _Location),
+        ("win32_metadata", ctypes.c_void_p),
+        ("alloc_flags", ctypes.c_ubyte * 8),
+    ]
+
+
+class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
 
 
 def driver() -> Any:
@@ -80,7 +155,55 @@ def driver() -> Any:
     opener = getattr(cuda, "cuIpcOpenMemHandle_v2", None) or cuda.cuIpcOpenMemHandle
     opener.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle, ctypes.c_uint]
     cuda.kf_open = opener
+    u64, size_t, p = ctypes.c_uint64, ctypes.c_size_t, ctypes.POINTER
+    cuda.cuMemGetAllocationGranularity.argtypes = [p(size_t), p(_AllocationProp), ctypes.c_int]
+    cuda.cuMemCreate.argtypes = [p(u64), size_t, p(_AllocationProp), u64]
+    cuda.cuMemExportToShareableHandle.argtypes = [ctypes.c_void_p, u64, ctypes.c_int, u64]
+    cuda.cuMemImportFromShareableHandle.argtypes = [p(u64), ctypes.c_void_p, ctypes.c_int]
+    cuda.cuMemAddressReserve.argtypes = [p(u64), size_t, size_t, u64, u64]
+    cuda.cuMemMap.argtypes = [u64, size_t, size_t, u64, u64]
+    cuda.cuMemSetAccess.argtypes = [u64, size_t, p(_AccessDesc), size_t]
     return cuda
+
+
+def create_shareable(cuda: Any, nbytes: int, device: int) -> tuple[int, int, int]:
+    """(status, allocation handle, size rounded to the granularity) of device memory exportable as a
+    file descriptor."""
+    prop = _AllocationProp(_ALLOCATION_PINNED, _HANDLE_TYPE_POSIX_FD, _Location(_LOCATION_DEVICE, device))
+    granularity = ctypes.c_size_t()
+    rc = cuda.cuMemGetAllocationGranularity(ctypes.byref(granularity), ctypes.byref(prop), 0)
+    if rc != 0:
+        return rc, 0, 0
+    size = -(-nbytes // granularity.value) * granularity.value
+    handle = ctypes.c_uint64()
+    rc = cuda.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(prop), 0)
+    return rc, handle.value, size
+
+
+def export_fd(cuda: Any, handle: int) -> tuple[int, int]:
+    """(status, a file descriptor for the allocation `handle`)."""
+    fd = ctypes.c_int(-1)
+    rc = cuda.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _HANDLE_TYPE_POSIX_FD, 0)
+    return rc, fd.value
+
+
+def import_fd(cuda: Any, fd: int) -> tuple[int, int]:
+    """(status, the allocation handle of the memory behind descriptor `fd`)."""
+    handle = ctypes.c_uint64()
+    rc = cuda.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _HANDLE_TYPE_POSIX_FD)
+    return rc, handle.value
+
+
+def map_shared(cuda: Any, handle: int, size: int, device: int, access: int) -> tuple[int, int]:
+    """(status, device address) of a fresh mapping of allocation `handle` with `access` on `device`."""
+    pointer = ctypes.c_uint64()
+    rc = cuda.cuMemAddressReserve(ctypes.byref(pointer), size, 0, 0, 0)
+    if rc == 0:
+        rc = cuda.cuMemMap(pointer.value, size, 0, handle, 0)
+    if rc == 0:
+        desc = _AccessDesc(_Location(_LOCATION_DEVICE, device), access)
+        rc = cuda.cuMemSetAccess(pointer.value, size, ctypes.byref(desc), 1)
+    return rc, pointer.value
 
 
 def export(cuda: Any, address: int) -> tuple[int, bytes, int]:
@@ -120,13 +243,93 @@ def wrap(address: int, elements: int) -> Any:
 
 
 def probe() -> dict[str, Any]:
-    """Both directions against a process sealed like the runner; a dict of what happened."""
+    """Both methods against a process sealed like the runner; a dict of what happened."""
     import torch
 
     if not torch.cuda.is_available():
         return {"available": False, "why": "no CUDA device"}
+    result = probe_legacy()
+    result["shareable_fd"] = probe_shareable_fd()
+    return result
+
+
+def _sandboxed_child(source: str, scratch: str, pass_fds: tuple[int, ...] = ()) -> Any:
     from kernelfoundry.evaluation.runner_client import runner_environment
     from kernelfoundry.sandbox import SandboxPolicy, spawn_sandboxed
+
+    policy = SandboxPolicy(
+        scratch=Path(scratch), env_allow=(), env_set=runner_environment(Path(scratch)), gpu=True
+    )
+    return spawn_sandboxed(
+        [sys.executable, "-c", source],  # not -I: the child imports kernelfoundry from PYTHONPATH
+        policy,
+        pass_fds=pass_fds,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _exchange(process: Any, message: str) -> dict[str, Any]:
+    """Write one line to the child and read its one-line JSON answer."""
+    assert process.popen.stdin is not None and process.popen.stdout is not None
+    process.popen.stdin.write((message + "\n").encode())
+    process.popen.stdin.flush()
+    ready, _, _ = select.select([process.popen.stdout], [], [], PROBE_TIMEOUT_S)
+    line = process.popen.stdout.readline().decode(errors="replace") if ready else ""
+    answer = json.loads(line) if line.strip() else {"error": "no reply"}
+    return answer if isinstance(answer, dict) else {"error": f"not an object: {line[:200]}"}
+
+
+def probe_shareable_fd() -> dict[str, Any]:
+    """The judge's cuMemCreate memory lent to the sandboxed child as a file descriptor."""
+    import torch
+
+    cuda = driver()
+    device = torch.cuda.current_device()
+    rc, handle, size = create_shareable(cuda, ELEMENTS * 4, device)
+    result: dict[str, Any] = {"create_rc": rc}
+    if rc != 0:
+        return result
+    rc, pointer = map_shared(cuda, handle, size, device, PROT_READ_WRITE)
+    result["map_rc"] = rc
+    if rc != 0:
+        return result
+    mine = wrap(pointer, ELEMENTS)
+    mine.zero_()
+    torch.cuda.synchronize()
+    rc, fd = export_fd(cuda, handle)
+    result["export_rc"] = rc
+    if rc != 0:
+        return result
+    with tempfile.TemporaryDirectory(prefix="kf-ipc-probe-") as scratch:
+        process = _sandboxed_child(_FD_CHILD, scratch, pass_fds=(fd,))
+        try:
+            request = {"fd": fd, "size": size, "elements": ELEMENTS}
+            child = _exchange(process, json.dumps(request))
+            result["child"] = dict(child)
+            result["writes"] = bool(child.get("wrote")) and bool((mine == 7.0).all().item())
+            if child.get("read_only_map_rc") == 0:
+                final = _exchange(process, "write")
+                result["child"] = dict(final)
+                process.wait(PROBE_TIMEOUT_S)
+                torch.cuda.synchronize()
+                result["read_only_refused"] = bool((mine == 7.0).all().item()) and str(
+                    final.get("read_only_write", "")
+                ).startswith("refused")
+        except Exception as exc:
+            result["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            if process.popen.stderr is not None and process.poll() is not None:
+                result["child_stderr"] = process.popen.stderr.read().decode(errors="replace")[-600:]
+            process.kill_all()
+            os.close(fd)
+    return result
+
+
+def probe_legacy() -> dict[str, Any]:
+    """Legacy IPC handles, both directions."""
+    import torch
 
     cuda = driver()
     mine = torch.zeros(ELEMENTS, device="cuda")
@@ -136,25 +339,12 @@ def probe() -> dict[str, Any]:
     if rc != 0:
         return result
     with tempfile.TemporaryDirectory(prefix="kf-ipc-probe-") as scratch:
-        policy = SandboxPolicy(
-            scratch=Path(scratch), env_allow=(), env_set=runner_environment(Path(scratch)), gpu=True
-        )
-        process = spawn_sandboxed(
-            [sys.executable, "-c", _CHILD],  # not -I: the child imports kernelfoundry from PYTHONPATH
-            policy,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        process = _sandboxed_child(_CHILD, scratch)
         result["protections"] = list(process.protections)
         try:
-            assert process.popen.stdin is not None and process.popen.stdout is not None
+            assert process.popen.stdin is not None
             request = {"handle": handle.hex(), "offset": offset, "elements": ELEMENTS}
-            process.popen.stdin.write((json.dumps(request) + "\n").encode())
-            process.popen.stdin.flush()
-            ready, _, _ = select.select([process.popen.stdout], [], [], PROBE_TIMEOUT_S)
-            line = process.popen.stdout.readline().decode(errors="replace") if ready else ""
-            child = json.loads(line) if line.strip() else {"error": "no reply"}
+            child = _exchange(process, json.dumps(request))
             result["child"] = {k: v for k, v in child.items() if k != "handle"}
             torch.cuda.synchronize()
             result["judge_to_runner"] = child.get("open_rc") == 0 and bool((mine == 7.0).all().item())
@@ -183,7 +373,8 @@ def probe() -> dict[str, Any]:
 def main() -> int:
     result = probe()
     print(json.dumps(result), flush=True)
-    return 0 if result.get("judge_to_runner") and result.get("runner_to_judge") else 2
+    legacy = result.get("judge_to_runner") and result.get("runner_to_judge")
+    return 0 if legacy or result.get("shareable_fd", {}).get("writes") else 2
 
 
 if __name__ == "__main__":
