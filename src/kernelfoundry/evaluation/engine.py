@@ -118,6 +118,7 @@ class ShapeState:
     trial_sets: int = 0
     expected: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # outputs: dtype, shape
     outputs: list[Any] = field(default_factory=list)  # judge views of the output arena
+    lent_outputs: list[Any] = field(default_factory=list)  # judge views of lent device memory (or none)
     arenas: list[Arena] = field(default_factory=list)
     drawn: bool = False  # the runner draws the input sets from seeds (InputSet)
     lean: bool = False  # memory is short (set_plan.py): references are not kept past their use
@@ -150,6 +151,7 @@ class Evaluation:
         self.states: list[ShapeState] = []
         self.arenas: list[Arena] = []  # every memfd of this evaluation, closed at the end
         self.pinned: list[int] = []  # arena addresses page-locked for staged copies, unpinned at the end
+        self.lent: list[Any] = []  # device memory lent to the runner for outputs, released at the end
         self.deadline = 0.0
         self.failed_trial: dict[str, Any] | None = None
         self.tolerance: Tolerance | None = None
@@ -170,6 +172,7 @@ class Evaluation:
             "screen_runs": 0,
             "proxy_checks": 0,  # checked timed calls the proxy reference decided (comparison.py)
             "proxy_escalations": 0,  # ... it could not: the high-precision reference did
+            "device_fetches": 0,  # staged outputs read through lent device memory, not the host
         }
         self.screened = False
         self.phases: dict[str, float] = {}  # seconds of this evaluation per step (report.phases_ms)
@@ -414,7 +417,12 @@ class Evaluation:
         torch = self.torch
         set_arenas = [] if draw else [s.arena for s in state.sets]
         state.arenas = [a for a in set_arenas if a is not None] + arenas
+        fds = tuple(a.fd for a in state.arenas)
         extra: dict[str, Any] = {}
+        lent = self._lend(arenas[-1].size)  # the output arena's layout, in device memory
+        if lent is not None:
+            extra["lent_outputs"] = {"size": lent.size}
+            fds += (lent.fd,)
         if draw:
             extra["draw"] = {
                 "source": self.task.reference_source,
@@ -428,17 +436,37 @@ class Evaluation:
         reply, _ = self._ask(
             "bind",
             "bound",
-            fds=tuple(a.fd for a in state.arenas),
+            fds=fds,
             sets=sets,
             sizes=[a.size for a in state.arenas],
             **binding,
             **extra,
         )
+        state.lent_outputs = []
+        if lent is not None and reply.lent:
+            state.lent_outputs = [lent.tensor(TensorSpec.from_json(o)) for o in binding["outputs"]]
+            for out in state.lent_outputs:  # fresh device memory holds whatever it held
+                comparison.poison_(out)
+            self.device.synchronize()
+        elif lent is not None:
+            self.notes.append(
+                f"{state.shape.name}: the runner could not map the device memory lent for its outputs "
+                f"({reply.lent_error or 'no reason given'}); outputs were fetched through the host"
+            )
         if not draw:
             return True
         tensors = [[v for v in s.values if isinstance(v, torch.Tensor)] for s in state.sets]
         expected = [[comparison.content_digest(v) for v in values] for values in tensors]
         return list(reply.digests) == expected
+
+    def _lend(self, nbytes: int) -> Any:
+        """Device memory for a shape's outputs that the runner maps (staged devices that can lend)."""
+        if not (self.staged and self.settings.lend_outputs):
+            return None
+        lent = self.device.lend(nbytes)
+        if lent is not None:
+            self.lent.append(lent)
+        return lent
 
     # ---- the judge's own computations ----------------------------------------------------------------
     def _high_precision(self, state: ShapeState, inputs: list[Any]) -> list[Any]:
@@ -567,7 +595,18 @@ class Evaluation:
         """The outputs of the last call, as the judge sees them (fetched from the runner when staged)."""
         if not self.staged:
             return state.outputs
-        with self._phase("fetch"):  # the runner's device -> page-locked host -> the judge's device
+        with self._phase("fetch"):
+            if state.lent_outputs:  # the runner copies into the lent memory; the judge keeps a snapshot
+                self._ask("fetch", "fetched", shape=state.index, lent=True)
+                self.counters["device_fetches"] += 1
+                snapshot = [o.clone() for o in state.lent_outputs]
+                # poisoned again (and done before the runner's next copy): a fetch that copies nothing
+                # shows NaN, never an earlier call's outputs
+                for out in state.lent_outputs:
+                    comparison.poison_(out)
+                self.device.synchronize()
+                return snapshot
+            # the runner's device -> page-locked host -> the judge's device
             self._ask("fetch", "fetched", shape=state.index)
             return [o.to(self.request.device) for o in state.outputs]
 
@@ -1039,7 +1078,10 @@ class Evaluation:
             self.device.unpin(address)
         for arena in self.arenas:
             arena.close()
-        self.states.clear()
+        self.states.clear()  # the views of lent memory go before the memory does
+        for lent in self.lent:
+            lent.close()
+        self.lent.clear()
         self.device.release_memory()
 
 

@@ -23,14 +23,13 @@ and the memfd arenas, and the sandboxed process imports and maps it:
     python -m kernelfoundry.evaluation.ipc_probe      # one JSON line; exit 0 when a method works
 
 Driver API through ctypes in both processes (torch only makes the primary context current and wraps
-the mapped pointers). Nothing here is used by the evaluation yet: the probe says whether it can be.
+the mapped pointers). The evaluation lends outputs this way where the host allows it (device_share.py).
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
-import os
 import select
 import subprocess
 import sys
@@ -76,71 +75,41 @@ sys.stdin.readline()
 _FD_CHILD = r"""
 import json, sys
 import torch
-from kernelfoundry.evaluation.ipc_probe import PROT_READ, PROT_READ_WRITE, driver, map_shared, wrap, import_fd
+from kernelfoundry.evaluation.device_share import PROT_READ, BorrowedMemory, driver, map_shared, view
 out = {}
 try:
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
-    cuda = driver()
     request = json.loads(sys.stdin.readline())
-    size, elements, device = int(request["size"]), int(request["elements"]), torch.cuda.current_device()
-    rc, handle = import_fd(cuda, int(request["fd"]))
-    out["import_rc"] = rc
-    if rc == 0:
-        rc, pointer = map_shared(cuda, handle, size, device, PROT_READ_WRITE)
-        out["map_rc"] = rc
-        if rc == 0:
-            wrap(pointer, elements).fill_(7.0)
-            torch.cuda.synchronize()
-            out["wrote"] = True
-        rc, pointer = map_shared(cuda, handle, size, device, PROT_READ)
-        out["read_only_map_rc"] = rc
-        if rc == 0:
-            # the judge has the first answer even if the next write kills this process
-            print(json.dumps(out), flush=True)
-            sys.stdin.readline()
-            try:
-                wrap(pointer, elements).fill_(9.0)
-                torch.cuda.synchronize()
-                out["read_only_write"] = "completed"
-            except Exception as exc:
-                out["read_only_write"] = f"refused: {type(exc).__name__}: {str(exc)[:160]}"
+    size, device = int(request["size"]), torch.cuda.current_device()
+    borrowed = BorrowedMemory.open(int(request["fd"]), size, device)
+    out["borrowed"] = True
+    view(borrowed.address, size).view(torch.float32).fill_(7.0)
+    torch.cuda.synchronize()
+    out["wrote"] = True
+    read_only = map_shared(driver(), borrowed.handle, size, device, PROT_READ)
+    out["read_only_mapped"] = True
+    # the judge has the first answer even if the next write kills this process
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    try:
+        view(read_only, size).view(torch.float32).fill_(9.0)
+        torch.cuda.synchronize()
+        out["read_only_write"] = "completed"
+    except Exception as exc:
+        out["read_only_write"] = f"refused: {type(exc).__name__}: {str(exc)[:160]}"
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out), flush=True)
 """
-
-_HANDLE_TYPE_POSIX_FD = 1
-_ALLOCATION_PINNED = 1
-_LOCATION_DEVICE = 1
-PROT_READ = 1
-PROT_READ_WRITE = 3
 
 
 class _Handle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * 64)]
 
 
-class _Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class _AllocationProp(ctypes.Structure):  # CUmemAllocationProp
-    _fields_ = [
-        ("type", ctypes.c_int),
-        ("requested_handle_types", ctypes.c_int),
-        ("location", _Location),
-        ("win32_metadata", ctypes.c_void_p),
-        ("alloc_flags", ctypes.c_ubyte * 8),
-    ]
-
-
-class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
-    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
-
-
 def driver() -> Any:
-    """libcuda with the signatures the probe calls (the _v2 entry points where the driver has them)."""
+    """libcuda with the signatures of the legacy IPC calls (the _v2 entry points where it has them)."""
     cuda = ctypes.CDLL("libcuda.so.1")
     for name in ("cuMemGetAddressRange_v2", "cuMemGetAddressRange"):
         if hasattr(cuda, name):
@@ -155,55 +124,7 @@ def driver() -> Any:
     opener = getattr(cuda, "cuIpcOpenMemHandle_v2", None) or cuda.cuIpcOpenMemHandle
     opener.argtypes = [ctypes.POINTER(ctypes.c_uint64), _Handle, ctypes.c_uint]
     cuda.kf_open = opener
-    u64, size_t, p = ctypes.c_uint64, ctypes.c_size_t, ctypes.POINTER
-    cuda.cuMemGetAllocationGranularity.argtypes = [p(size_t), p(_AllocationProp), ctypes.c_int]
-    cuda.cuMemCreate.argtypes = [p(u64), size_t, p(_AllocationProp), u64]
-    cuda.cuMemExportToShareableHandle.argtypes = [ctypes.c_void_p, u64, ctypes.c_int, u64]
-    cuda.cuMemImportFromShareableHandle.argtypes = [p(u64), ctypes.c_void_p, ctypes.c_int]
-    cuda.cuMemAddressReserve.argtypes = [p(u64), size_t, size_t, u64, u64]
-    cuda.cuMemMap.argtypes = [u64, size_t, size_t, u64, u64]
-    cuda.cuMemSetAccess.argtypes = [u64, size_t, p(_AccessDesc), size_t]
     return cuda
-
-
-def create_shareable(cuda: Any, nbytes: int, device: int) -> tuple[int, int, int]:
-    """(status, allocation handle, size rounded to the granularity) of device memory exportable as a
-    file descriptor."""
-    prop = _AllocationProp(_ALLOCATION_PINNED, _HANDLE_TYPE_POSIX_FD, _Location(_LOCATION_DEVICE, device))
-    granularity = ctypes.c_size_t()
-    rc = cuda.cuMemGetAllocationGranularity(ctypes.byref(granularity), ctypes.byref(prop), 0)
-    if rc != 0:
-        return rc, 0, 0
-    size = -(-nbytes // granularity.value) * granularity.value
-    handle = ctypes.c_uint64()
-    rc = cuda.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(prop), 0)
-    return rc, handle.value, size
-
-
-def export_fd(cuda: Any, handle: int) -> tuple[int, int]:
-    """(status, a file descriptor for the allocation `handle`)."""
-    fd = ctypes.c_int(-1)
-    rc = cuda.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _HANDLE_TYPE_POSIX_FD, 0)
-    return rc, fd.value
-
-
-def import_fd(cuda: Any, fd: int) -> tuple[int, int]:
-    """(status, the allocation handle of the memory behind descriptor `fd`)."""
-    handle = ctypes.c_uint64()
-    rc = cuda.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _HANDLE_TYPE_POSIX_FD)
-    return rc, handle.value
-
-
-def map_shared(cuda: Any, handle: int, size: int, device: int, access: int) -> tuple[int, int]:
-    """(status, device address) of a fresh mapping of allocation `handle` with `access` on `device`."""
-    pointer = ctypes.c_uint64()
-    rc = cuda.cuMemAddressReserve(ctypes.byref(pointer), size, 0, 0, 0)
-    if rc == 0:
-        rc = cuda.cuMemMap(pointer.value, size, 0, handle, 0)
-    if rc == 0:
-        desc = _AccessDesc(_Location(_LOCATION_DEVICE, device), access)
-        rc = cuda.cuMemSetAccess(pointer.value, size, ctypes.byref(desc), 1)
-    return rc, pointer.value
 
 
 def export(cuda: Any, address: int) -> tuple[int, bytes, int]:
@@ -282,34 +203,27 @@ def _exchange(process: Any, message: str) -> dict[str, Any]:
 
 
 def probe_shareable_fd() -> dict[str, Any]:
-    """The judge's cuMemCreate memory lent to the sandboxed child as a file descriptor."""
+    """The judge's cuMemCreate memory lent to the sandboxed child as a file descriptor
+    (device_share.LentMemory, as the evaluation lends a shape's outputs)."""
     import torch
 
-    cuda = driver()
-    device = torch.cuda.current_device()
-    rc, handle, size = create_shareable(cuda, ELEMENTS * 4, device)
-    result: dict[str, Any] = {"create_rc": rc}
-    if rc != 0:
-        return result
-    rc, pointer = map_shared(cuda, handle, size, device, PROT_READ_WRITE)
-    result["map_rc"] = rc
-    if rc != 0:
-        return result
-    mine = wrap(pointer, ELEMENTS)
+    from kernelfoundry.evaluation.device_share import LentMemory, ShareError, view
+
+    try:
+        lent = LentMemory.create(ELEMENTS * 4, torch.cuda.current_device())
+    except ShareError as exc:
+        return {"lent": False, "error": str(exc)}
+    result: dict[str, Any] = {"lent": True}
+    mine = view(lent.address, lent.size).view(torch.float32)
     mine.zero_()
     torch.cuda.synchronize()
-    rc, fd = export_fd(cuda, handle)
-    result["export_rc"] = rc
-    if rc != 0:
-        return result
     with tempfile.TemporaryDirectory(prefix="kf-ipc-probe-") as scratch:
-        process = _sandboxed_child(_FD_CHILD, scratch, pass_fds=(fd,))
+        process = _sandboxed_child(_FD_CHILD, scratch, pass_fds=(lent.fd,))
         try:
-            request = {"fd": fd, "size": size, "elements": ELEMENTS}
-            child = _exchange(process, json.dumps(request))
+            child = _exchange(process, json.dumps({"fd": lent.fd, "size": lent.size}))
             result["child"] = dict(child)
             result["writes"] = bool(child.get("wrote")) and bool((mine == 7.0).all().item())
-            if child.get("read_only_map_rc") == 0:
+            if child.get("read_only_mapped"):
                 final = _exchange(process, "write")
                 result["child"] = dict(final)
                 process.wait(PROBE_TIMEOUT_S)
@@ -323,7 +237,8 @@ def probe_shareable_fd() -> dict[str, Any]:
             if process.popen.stderr is not None and process.poll() is not None:
                 result["child_stderr"] = process.popen.stderr.read().decode(errors="replace")[-600:]
             process.kill_all()
-            os.close(fd)
+            del mine
+            lent.close()
     return result
 
 

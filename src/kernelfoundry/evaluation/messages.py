@@ -68,6 +68,9 @@ class Bound(_Reply):
     digests: Annotated[
         list[Annotated[list[Digest], Field(max_length=MAX_INPUTS)]], Field(max_length=MAX_SETS)
     ] = []
+    # Lent output memory (device_share.py): whether the runner mapped it, and why not where it did not.
+    lent: bool = False
+    lent_error: Text = ""
 
 
 class OutputMeta(BaseModel):

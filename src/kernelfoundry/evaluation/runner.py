@@ -118,6 +118,7 @@ class Binding:
     model: Any = None  # the glue's ModelNew instance
     draws: Any = None  # drawn sets: the task's module and shape, to draw from the judge's seeds
     seeds: list[int] = field(default_factory=list)  # drawn sets: the seed each set's values came from
+    lent_outputs: list[Any] = field(default_factory=list)  # views of the judge's lent device memory
 
 
 class Runner:
@@ -133,6 +134,7 @@ class Runner:
         self.entry_point = ""
         self.shapes: dict[int, Binding] = {}
         self.arenas: list[Arena] = []
+        self.borrowed: list[Any] = []  # the judge's lent device memory, mapped until the runner ends
 
     # ---- commands ----------------------------------------------------------------------------------
     def load(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -165,6 +167,8 @@ class Runner:
         n_sets = len(command["sets"])
         draw = command.get("draw")
         set_buffers = 0 if draw else n_sets
+        lent = command.get("lent_outputs")
+        lent_fd = fds.pop() if lent and fds else None
         if len(fds) != set_buffers + 2:
             raise EvaluationFailure(
                 reasons.LOAD_ERROR, f"bind carries {len(fds)} buffers, not {set_buffers + 2}"
@@ -214,7 +218,24 @@ class Runner:
         else:
             binding.model = self._build_model(command["init_inputs"], host_params)
         self.shapes[int(command["shape"])] = binding
-        return {"kind": "bound", "digests": digests}
+        reply: dict[str, Any] = {"kind": "bound", "digests": digests}
+        if lent_fd is not None:
+            reply.update(self._borrow(binding, lent_fd, int(lent["size"]), command["outputs"]))
+        return reply
+
+    def _borrow(self, binding: Binding, fd: int, size: int, outputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Map the judge's lent output memory; where that fails the judge fetches through the host."""
+        from kernelfoundry.evaluation.device_share import ShareError
+
+        try:
+            memory = self.device.borrow(fd, size)
+            binding.lent_outputs = [memory.tensor(TensorSpec.from_json(o)) for o in outputs]
+        except (ShareError, OSError, ValueError, AttributeError) as exc:
+            return {"lent": False, "lent_error": f"{type(exc).__name__}: {exc}"[:500]}
+        finally:
+            os.close(fd)  # the mapping holds the memory
+        self.borrowed.append(memory)
+        return {"lent": True}
 
     def _draw_sets(
         self, draw: dict[str, Any], items: list[list[dict[str, Any]]]
@@ -394,7 +415,11 @@ class Runner:
 
     def fetch(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         binding = self.shapes[int(command["shape"])]
-        if self.staged:
+        if command.get("lent") and binding.lent_outputs:  # inside the device
+            for placed, lent in zip(binding.outputs, binding.lent_outputs, strict=True):
+                lent.copy_(placed)
+            self.device.synchronize()
+        elif self.staged:
             for placed, host in zip(binding.outputs, binding.host_outputs, strict=True):
                 self.device.fetch(placed, host)
         return {"kind": "fetched"}

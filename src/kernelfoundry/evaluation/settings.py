@@ -47,6 +47,10 @@ class EvaluationSettings:
     # checked timed calls first compared with the model in its own dtype (TF32 off), the float64
     # reference computed only when that cannot decide (comparison.passes_by_proxy)
     proxy_checks: bool = True
+    # staged devices: the judge lends the runner device memory for the outputs (device_share.py), so a
+    # fetch is a copy inside the device instead of two over the host link; off, or where the device
+    # cannot lend, outputs come through page-locked host memory
+    lend_outputs: bool = True
 
     def __post_init__(self) -> None:
         if self.correctness_trials < MIN_CORRECTNESS_TRIALS:

@@ -58,6 +58,20 @@ def test_good_unit_is_correct_and_timed_through_staged_buffers(
     assert {"runner_start", "inputs", "trials", "timed_runs", "cross_check", "baselines"} <= set(
         report.phases_ms
     )
+    # every fetch went through the memory the judge lent (device_share.py), none over the host
+    counters = report.counters
+    assert counters["device_fetches"] >= counters["trials"] + counters["checked_timed_runs"], counters
+    assert not any("fetched through the host" in note for note in report.notes), report.notes
+
+
+def test_outputs_come_through_the_host_when_lending_is_off(
+    built: dict[str, tuple[KernelSource, Path]], cuda_worker: EvaluationWorker
+) -> None:
+    source, artifact = built["good_fma"]
+    settings = replace(with_deadline(120), lend_outputs=False)
+    report = cuda_worker.evaluate(EvaluationRequest(FMA_16M, source, artifact, "cuda:0", settings))
+    assert report.correct, report.message
+    assert report.counters["device_fetches"] == 0
 
 
 def test_inputs_drawn_outside_torchs_generator_are_staged_through_the_host(
@@ -87,6 +101,7 @@ def test_glue_runs_in_the_runner_on_the_device(
         EvaluationRequest(FMA_16M, with_glue, artifact, "cuda:0", with_deadline(120))
     )
     assert report.correct, report.message
+    assert report.counters["device_fetches"] > 0, report.counters
 
 
 def test_illegal_address_costs_only_the_runner(

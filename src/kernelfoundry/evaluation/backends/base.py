@@ -97,6 +97,11 @@ class JudgeDevice:
     def unpin(self, address: int) -> None:
         """Undo `pin` (before the memory is unmapped)."""
 
+    def lend(self, nbytes: int) -> Any:
+        """Device memory of at least `nbytes` the runner can map from a file descriptor, so a staged
+        fetch stays inside the device (device_share.LentMemory); None where the device cannot lend."""
+        return None
+
 
 class RunnerDevice:
     """The runner's side of a device: places inputs and outputs, times one call."""
@@ -131,6 +136,13 @@ class RunnerDevice:
     def pin(self, address: int, size: int, read_only: bool = False) -> bool:
         """Page-lock mapped host memory that staged copies go through; False: not pinned."""
         return False
+
+    def borrow(self, fd: int, size: int) -> Any:
+        """Map the judge's lent memory behind `fd` (device_share.BorrowedMemory); ShareError where
+        this device cannot."""
+        from kernelfoundry.evaluation.device_share import ShareError
+
+        raise ShareError(f"the {self.device} device borrows no memory")
 
     def timed(self, call: Callable[[], Any]) -> tuple[Any, int]:
         """Run `call` and return (its result, the claimed duration in ns, device work included)."""

@@ -124,6 +124,18 @@ class CudaJudgeDevice(JudgeDevice):
     def unpin(self, address: int) -> None:
         unpin_host(address)
 
+    def lend(self, nbytes: int) -> Any:
+        import torch
+
+        from kernelfoundry.evaluation.device_share import LentMemory, ShareError
+
+        if not torch.cuda.is_available():
+            return None
+        try:
+            return LentMemory.create(nbytes, torch.cuda.current_device())
+        except (ShareError, OSError, AttributeError):  # AttributeError: a libcuda without the calls
+            return None
+
     def health(self) -> BaseException | None:
         import torch
 
@@ -183,6 +195,13 @@ class CudaRunnerDevice(RunnerDevice):
 
     def pin(self, address: int, size: int, read_only: bool = False) -> bool:
         return pin_host(address, size, read_only)
+
+    def borrow(self, fd: int, size: int) -> Any:
+        import torch
+
+        from kernelfoundry.evaluation.device_share import BorrowedMemory
+
+        return BorrowedMemory.open(fd, size, torch.cuda.current_device())
 
     def timed(self, call: Callable[[], Any]) -> tuple[Any, int]:
         import torch
