@@ -181,7 +181,8 @@ class Runner:
         output_arena = Arena(fds[-1], int(sizes[-1]), writable=True)
         self.arenas += [*input_arenas, output_arena]
         if self.staged:  # page-locked: staging and fetching outputs run at the link's speed
-            self.device.pin(output_arena.address(), output_arena.size)
+            if lent_fd is None:  # outputs through lent device memory: pinned only if that fails
+                self.device.pin(output_arena.address(), output_arena.size)
             for arena in input_arenas:
                 self.device.pin(arena.address(), arena.size, read_only=True)
         for i, arena in enumerate(input_arenas):
@@ -201,7 +202,9 @@ class Runner:
         }
         host_outputs = [output_arena.tensor(TensorSpec.from_json(o)) for o in command["outputs"]]
         place = self.device.place if self.staged else (lambda t: t)
-        outputs = [place(o) for o in host_outputs]
+        # where the candidate writes its outputs: their contents before a call never matter (poisoned
+        # before each call, or forward()'s results copied in), so a staged device does not upload them
+        outputs = [self.device.blank(o) for o in host_outputs] if self.staged else host_outputs
         digests: list[list[int]] = []
         if draw:
             draws, sets, seeds = self._draw_sets(draw, command["sets"])
@@ -221,6 +224,8 @@ class Runner:
         reply: dict[str, Any] = {"kind": "bound", "digests": digests}
         if lent_fd is not None:
             reply.update(self._borrow(binding, lent_fd, int(lent["size"]), command["outputs"]))
+            if not reply["lent"]:
+                self.device.pin(output_arena.address(), output_arena.size)
         return reply
 
     def _borrow(self, binding: Binding, fd: int, size: int, outputs: list[dict[str, Any]]) -> dict[str, Any]:

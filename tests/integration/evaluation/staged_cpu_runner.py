@@ -17,6 +17,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from kernelfoundry.evaluation import runner
 from kernelfoundry.evaluation.backends.cpu import CPU, CpuRunnerDevice
 from kernelfoundry.evaluation.device_share import ShareError
@@ -45,6 +47,9 @@ class HostLentMemory:
 class StagedCpuRunnerDevice(CpuRunnerDevice):
     def place(self, host: Any) -> Any:
         return host.clone()
+
+    def blank(self, host: Any) -> Any:
+        return torch.empty_like(host)
 
     def refresh(self, placed: Any, host: Any) -> None:
         placed.copy_(host)

@@ -127,6 +127,10 @@ class RunnerDevice:
         """The tensor the candidate computes on for a judge-provided host tensor (shared: itself)."""
         return host
 
+    def blank(self, host: Any) -> Any:
+        """A tensor like `host` where the candidate computes, its contents undefined (an output)."""
+        return self.place(host)
+
     def refresh(self, placed: Any, host: Any) -> None:
         """Bring new values of `host` into `placed` (staged memory only)."""
 

@@ -185,6 +185,11 @@ class CudaRunnerDevice(RunnerDevice):
         self.synchronize()
         return placed
 
+    def blank(self, host: Any) -> Any:
+        import torch
+
+        return torch.empty(host.shape, dtype=host.dtype, device=self.device)
+
     def refresh(self, placed: Any, host: Any) -> None:
         placed.copy_(host)
         self.synchronize()
