@@ -6,8 +6,9 @@ candidate it already evaluated are answered from memory, so no candidate is eval
 The record names the executor and the device that evaluated it (details `executor`), and the device's
 busy seconds are counted (kf_executor_busy_seconds_total). An evaluation the judge could not make because
 the device's memory was held by other processes (a validation or another executor on the same GPU: the
-judge's own allocation failed, not the candidate's) is no verdict on the candidate: the request comes
-back later (MEMORY_RETRIES deliveries, growing delays) before such a failure is published.
+judge's own allocation failed, or the runner's placing a shape's buffers before the candidate's code ran,
+not the candidate's) is no verdict on the candidate: the request comes back later (MEMORY_RETRIES
+deliveries, growing delays) before such a failure is published.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ log = get_logger(__name__)
 
 
 def judge_out_of_memory(report: EvaluationReport) -> bool:
-    """The judge itself ran out of memory, as opposed to the candidate's code (whose failures carry the
-    candidate's reasons)."""
-    return report.reason == reasons.JUDGE_OUT_OF_MEMORY
+    """The judge, or the runner placing buffers before the candidate's code ran, ran out of memory, as
+    opposed to the candidate's code (whose failures carry the candidate's reasons)."""
+    return report.reason in reasons.MEMORY_REASONS
 
 
 def report_to_event(
@@ -166,7 +167,7 @@ class EvaluateHandler:
                 message=report.message[:300],
             )
             raise Retry(
-                f"candidate {request.candidate_id}: the judge ran out of device memory: "
+                f"candidate {request.candidate_id}: the evaluation ran out of device memory: "
                 f"{report.message[:200]}",
                 delay_s=MEMORY_RETRY_DELAY_S * delivery.deliveries,
             )

@@ -571,10 +571,15 @@ class Evaluation:
 
     # ---- calls -------------------------------------------------------------------------------------
     def _poison_outputs(self, state: ShapeState) -> None:
-        """Shared memory: the judge poisons the outputs itself (staged: the runner does, on the device)."""
+        """Shared memory and lent device memory: the judge poisons the outputs itself, done before the
+        call (staged through the host: the runner does, on its device)."""
         if not self.staged:
             for out in state.outputs:
                 comparison.poison_(out)
+        elif state.lent_outputs:
+            for out in state.lent_outputs:
+                comparison.poison_(out)
+            self.device.synchronize()
 
     def _call(
         self, state: ShapeState, set_index: int, trial: bool, refresh: bool = False, seed: int | None = None
@@ -609,16 +614,12 @@ class Evaluation:
         if not self.staged:
             return state.outputs
         with self._phase("fetch"):
-            if state.lent_outputs:  # the runner copies into the lent memory; the judge keeps a snapshot
-                self._ask("fetch", "fetched", shape=state.index, lent=True)
+            if state.lent_outputs:
+                # the candidate wrote into the judge's memory during the call: read without asking, so
+                # the runner never learns which calls are checked; a snapshot, done before the next call
+                # (whose poisoning synchronises after it), is what the judge decides on
                 self.counters["device_fetches"] += 1
-                snapshot = [o.clone() for o in state.lent_outputs]
-                # poisoned again (and done before the runner's next copy): a fetch that copies nothing
-                # shows NaN, never an earlier call's outputs
-                for out in state.lent_outputs:
-                    comparison.poison_(out)
-                self.device.synchronize()
-                return snapshot
+                return [o.clone() for o in state.lent_outputs]
             # the runner's device -> page-locked host -> the judge's device
             self._ask("fetch", "fetched", shape=state.index)
             return [o.to(self.request.device) for o in state.outputs]

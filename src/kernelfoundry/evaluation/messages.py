@@ -36,6 +36,7 @@ RUNNER_REASONS = (
     reasons.DEVICE_ERROR,
     reasons.ASYNC_SIDE_STREAM,
     reasons.INPUT_MODIFIED,
+    reasons.RUNNER_OUT_OF_MEMORY,
 )
 
 Nonce = Annotated[str, Field(min_length=16, max_length=64, pattern=r"^[0-9a-f]+$")]

@@ -57,6 +57,12 @@ WORKER_ERROR = "worker_error"
 # The judge's own allocation failed (references, eager, input sets): memory other processes held, no
 # verdict on the candidate; the executor delivers the request again later (services/executor/handlers.py).
 JUDGE_OUT_OF_MEMORY = "judge_out_of_memory"
+# The runner ran out of device memory placing a shape's buffers, before the candidate's code ran: memory
+# other processes held; delivered again later like judge_out_of_memory, the verdict after the last try.
+RUNNER_OUT_OF_MEMORY = "runner_out_of_memory"
+# Failures the executor delivers again later (services/executor/handlers.py): no verdict on the candidate
+# until the last delivery.
+MEMORY_REASONS = frozenset({JUDGE_OUT_OF_MEMORY, RUNNER_OUT_OF_MEMORY})
 
 # Failures after which the judge process must not serve another evaluation (its own state may be
 # wrong). A candidate's crash, hang or device error happens in its runner, which is discarded after

@@ -162,6 +162,23 @@ class Runner:
         return {"kind": "loaded"}
 
     def bind(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """The shape's buffers placed (and drawn) on the device. Running out of memory here, before any
+        of the candidate's code but the glue's constructor, is the device's memory held elsewhere:
+        runner_out_of_memory, which the executor delivers again later, not a verdict on the candidate."""
+        try:
+            return self._bind(command, fds)
+        except EvaluationFailure:
+            raise
+        except Exception as exc:
+            if not reasons.is_out_of_memory(exc):
+                raise
+            raise EvaluationFailure(
+                reasons.RUNNER_OUT_OF_MEMORY,
+                f"placing the shape's buffers on the device ran out of memory: {type(exc).__name__}: "
+                f"{str(exc)[:600]}",
+            ) from exc
+
+    def _bind(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         from kernelfoundry.evaluation.unit import DescriptorArray, as_tensors
 
         n_sets = len(command["sets"])
@@ -202,9 +219,17 @@ class Runner:
         }
         host_outputs = [output_arena.tensor(TensorSpec.from_json(o)) for o in command["outputs"]]
         place = self.device.place if self.staged else (lambda t: t)
+        lending: dict[str, Any] = {}
+        lent_outputs: list[Any] = []
+        if lent_fd is not None:  # the candidate writes straight into the judge's lent device memory
+            lent_outputs, lending = self._borrow(lent_fd, int(lent["size"]), command["outputs"])
+            if not lent_outputs:
+                self.device.pin(output_arena.address(), output_arena.size)
         # where the candidate writes its outputs: their contents before a call never matter (poisoned
         # before each call, or forward()'s results copied in), so a staged device does not upload them
-        outputs = [self.device.blank(o) for o in host_outputs] if self.staged else host_outputs
+        outputs = lent_outputs or (
+            [self.device.blank(o) for o in host_outputs] if self.staged else host_outputs
+        )
         digests: list[list[int]] = []
         if draw:
             draws, sets, seeds = self._draw_sets(draw, command["sets"])
@@ -221,26 +246,23 @@ class Runner:
         else:
             binding.model = self._build_model(command["init_inputs"], host_params)
         self.shapes[int(command["shape"])] = binding
-        reply: dict[str, Any] = {"kind": "bound", "digests": digests}
-        if lent_fd is not None:
-            reply.update(self._borrow(binding, lent_fd, int(lent["size"]), command["outputs"]))
-            if not reply["lent"]:
-                self.device.pin(output_arena.address(), output_arena.size)
-        return reply
+        binding.lent_outputs = lent_outputs
+        return {"kind": "bound", "digests": digests, **lending}
 
-    def _borrow(self, binding: Binding, fd: int, size: int, outputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """Map the judge's lent output memory; where that fails the judge fetches through the host."""
+    def _borrow(self, fd: int, size: int, outputs: list[dict[str, Any]]) -> tuple[list[Any], dict[str, Any]]:
+        """Views of the judge's lent output memory and the reply's fields; no views where it cannot be
+        mapped (the judge then fetches through the host)."""
         from kernelfoundry.evaluation.device_share import ShareError
 
         try:
             memory = self.device.borrow(fd, size)
-            binding.lent_outputs = [memory.tensor(TensorSpec.from_json(o)) for o in outputs]
+            views = [memory.tensor(TensorSpec.from_json(o)) for o in outputs]
         except (ShareError, OSError, ValueError, AttributeError) as exc:
-            return {"lent": False, "lent_error": f"{type(exc).__name__}: {exc}"[:500]}
+            return [], {"lent": False, "lent_error": f"{type(exc).__name__}: {exc}"[:500]}
         finally:
             os.close(fd)  # the mapping holds the memory
         self.borrowed.append(memory)
-        return {"lent": True}
+        return views, {"lent": True}
 
     def _draw_sets(
         self, draw: dict[str, Any], items: list[list[dict[str, Any]]]
@@ -350,7 +372,8 @@ class Runner:
                     self.device.refresh(placed, host)
         launches = self.unit.launches
         snapshots: list[Any] = []
-        if self.staged and binding.model is None:  # outside the timed region (the judge does it on the CPU)
+        # outside the timed region; the judge poisons shared memory and lent device memory itself
+        if self.staged and binding.model is None and not binding.lent_outputs:
             with self.device.on_stream():
                 for out in binding.outputs:
                     comparison.poison_(out)
@@ -420,9 +443,7 @@ class Runner:
 
     def fetch(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         binding = self.shapes[int(command["shape"])]
-        if command.get("lent") and binding.lent_outputs:  # inside the device
-            for placed, lent in zip(binding.outputs, binding.lent_outputs, strict=True):
-                lent.copy_(placed)
+        if binding.lent_outputs:  # the outputs are the judge's memory already
             self.device.synchronize()
         elif self.staged:
             for placed, host in zip(binding.outputs, binding.host_outputs, strict=True):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from evaluation_fixtures import CPU_UNITS, Units, accepted_reasons
-from staged_cpu_runner import REFUSE_BORROW, HostLentMemory
+from staged_cpu_runner import COMPUTE_AT_FETCH, OOM_PLACING, REFUSE_BORROW, HostLentMemory
 
 from kernelfoundry.evaluation import EvaluationReport, EvaluationRequest, reasons
 from kernelfoundry.evaluation.backends.cpu import CPU
@@ -68,3 +68,21 @@ def test_a_runner_that_cannot_map_the_lent_memory_is_fetched_through_the_host(un
         "could not map the device memory lent" in note and "status 801" in note for note in report.notes
     ), report.notes
     assert lent and all(memory.closed for memory in lent)
+
+
+def test_a_runner_out_of_memory_placing_buffers_is_no_verdict_on_the_candidate(units: Units) -> None:
+    """Before the candidate's code runs, an allocation that fails is memory held elsewhere on the device:
+    runner_out_of_memory, which the executor delivers again later, not the candidate's glue_error."""
+    report, lent = lent_run(units.request("good_fma"), REFUSE_BORROW, OOM_PLACING)
+    assert report.reason == reasons.RUNNER_OUT_OF_MEMORY, report.message
+    assert "placing the shape's buffers on the device ran out of memory" in report.message
+    assert reasons.RUNNER_OUT_OF_MEMORY in reasons.MEMORY_REASONS
+    assert all(memory.closed for memory in lent)
+
+
+def test_a_runner_that_computes_only_when_outputs_are_asked_for_is_caught(units: Units) -> None:
+    """Lent memory is read without asking the runner, so it never learns which timed call is checked:
+    one that does a call's work only at `fetch` shows the judge's poison in a checked call."""
+    report, _ = lent_run(units.request("good_fma"), COMPUTE_AT_FETCH)
+    assert report.reason in (reasons.OUTPUT_NOT_WRITTEN, reasons.TIMED_RUN_WRONG), report.message
+    assert "timed call" in report.message

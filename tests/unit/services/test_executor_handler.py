@@ -168,15 +168,16 @@ async def test_a_request_no_judge_can_serve_is_refused_before_the_unit_is_read()
     assert refused.value.reason == "bad_request" and judge.requests == []
 
 
-async def test_a_judge_out_of_device_memory_brings_the_request_back_then_fails_it() -> None:
-    """Memory held by other processes on the GPU is no verdict on the candidate: the request comes back
-    later; after MEMORY_RETRIES deliveries the failure is published as the verdict."""
+@pytest.mark.parametrize("reason", ["judge_out_of_memory", "runner_out_of_memory"])
+async def test_an_evaluation_out_of_device_memory_brings_the_request_back_then_fails_it(reason: str) -> None:
+    """Memory held by other processes on the GPU is no verdict on the candidate (the judge's allocation,
+    or the runner's placing buffers before the candidate's code ran): the request comes back later;
+    after MEMORY_RETRIES deliveries the failure is published as the verdict."""
     from kernelfoundry.services.executor.handlers import MEMORY_RETRIES
 
     bus = InMemoryBus()
     oom = EvaluationReport.failure(
-        "judge_out_of_memory",
-        "the judge ran out of memory: OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB.",
+        reason, "ran out of memory: OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB."
     )
     judge = ScriptedJudge(oom)
     await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
@@ -186,7 +187,7 @@ async def test_a_judge_out_of_device_memory_brings_the_request_back_then_fails_i
             await handler(request(), Delivery(subject=SUBJECT, deliveries=attempt, stream_sequence=1))
         assert retry.value.delay_s > 0
     (out,) = await handler(request(), Delivery(subject=SUBJECT, deliveries=MEMORY_RETRIES, stream_sequence=1))
-    assert not out.message.correct and out.message.reason == "judge_out_of_memory"
+    assert not out.message.correct and out.message.reason == reason
     assert len(judge.requests) == MEMORY_RETRIES
 
 
