@@ -240,7 +240,9 @@ def _died(task: Task, returncode: int, last_step: str, tail: str, memory_limit_b
     how = f"exit status {returncode}"
     if returncode < 0:
         how = f"signal {_signal_name(-returncode)}"
-    output = f"; its output ends with: {tail}" if tail else ""
+    # the exception's own line first: callers cap long messages, and the traceback before it is long
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+    output = f": {last}; its output ends with: {tail}" if tail else ""
     if returncode == -signal.SIGKILL:
         return TaskError(
             "resource_limit",

@@ -251,6 +251,21 @@ def _median_runtime_ms(model: Any, inputs: list[Any], device: str) -> float:
     return statistics.median(samples)
 
 
+def _timed_forward(model: Any, inputs: list[Any], shape: ShapeVariant, device: str) -> float:
+    """_median_runtime_ms, its failures worded as forward()'s (running out of memory: resource_limit,
+    which _retrying_on_memory tries again once the device has the memory)."""
+    try:
+        return _median_runtime_ms(model, inputs, device)
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, MemoryError) or any(sign in str(exc).lower() for sign in _MEMORY_ERRORS):
+            raise TaskError(
+                "resource_limit",
+                f"shape `{shape.name}`: timing forward() ran out of memory on {device}: {text}",
+            ) from exc
+        raise TaskError("reference_error", f"shape `{shape.name}`: timing forward() raised {text}") from exc
+
+
 @dataclass(frozen=True)
 class _Estimate:
     meta: memory.MetaRun | None  # None: the meta device cannot run this reference
@@ -357,12 +372,20 @@ def validate_shape(
         change = change_between(second, first, tolerance) if inputs_changed else None
         check = output_check(label, output_stats(first), output_stats(second), change, tolerance)
         checks.append(asdict(check))
+    input_info = [_info(x) for x in inputs_seen[0]]
+    output_info = [_info(x) for x in first_outputs]
+    timing_inputs = inputs_seen[-1]
+    # the seeds' outputs and the first inputs are done with: their memory is the timing's
+    del runs, inputs_seen, inputs_first, inputs_second, first_outputs, second_outputs, step
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
     report(f"shape `{shape.name}`: timing forward()")
-    runtime = _median_runtime_ms(model, inputs_seen[-1], device)
+    timing = functools.partial(_timed_forward, model, timing_inputs, shape, device)
+    runtime = _retrying_on_memory(timing, device, limit_bytes, wanted, report)
     summary = {
         "name": shape.name,
-        "inputs": [_info(x) for x in inputs_seen[0]],
-        "outputs": [_info(x) for x in first_outputs],
+        "inputs": input_info,
+        "outputs": output_info,
         "parameter_count": sum(p.numel() for p in model.parameters()),
         "buffer_count": sum(b.numel() for b in model.buffers()),
         "reference_runtime_ms": runtime,
@@ -371,7 +394,7 @@ def validate_shape(
         "memory": estimate,
         "depth": DEPTH_VALUES,
     }
-    del model, step, runs, inputs_seen, first_outputs, second_outputs
+    del model, timing, timing_inputs
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return summary

@@ -28,6 +28,7 @@ from kernelfoundry.tasks.summary import (
 )
 from kernelfoundry.tasks.validation import (
     MAX_RESULT_BYTES,
+    _died,
     _records,
     _watch,
     cache_key,
@@ -276,3 +277,16 @@ def test_a_cuda_run_on_a_machine_without_cuda_is_validated_on_the_cpu_and_says_w
     assert (summary["device"], summary["requested_device"]) == ("cpu", "cuda")
     assert "CUDA is unavailable in the validation child (" in summary["notes"][0]
     assert summary["shapes"][0]["depth"] == "values"  # the stand-in CPU holds it: values are checked
+
+
+def test_a_reference_that_dies_is_refused_with_its_exception_line_first():
+    """The API caps a message at 1,000 characters: the exception's own line comes before the traceback
+    (a KernelBench task's refusal on the H200 was cut inside the traceback, its cause lost)."""
+    frame = '  File "module.py", line {}, in _call_impl\n    return forward_call()\n'
+    frames = "".join(frame.format(n) for n in range(40))
+    cause = "RuntimeError: max_pool1d() output size is too small"
+    tail = f"Traceback (most recent call last):\n{frames}{cause}\n"
+    error = _died(Task(name="t", reference_source=""), 1, "timing forward()", tail.strip(), 1 << 30)
+    assert error.reason == "reference_error"
+    assert error.message[:1000].count(cause) == 1
+    assert error.message.index("RuntimeError") < error.message.index("Traceback")

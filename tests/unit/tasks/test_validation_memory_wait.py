@@ -103,3 +103,41 @@ def test_other_errors_and_the_last_attempt_are_raised(
     with pytest.raises(TaskError, match="out of memory"):
         validation_child._retrying_on_memory(always_short, "cuda:0", 0, GIB, lambda _m: None)
     assert len(calls) == validation_child.MEMORY_RETRIES + 1
+
+
+def test_timing_the_reference_is_tried_again_when_it_ran_out_of_memory(
+    monkeypatch: pytest.MonkeyPatch, no_sleep: None
+) -> None:
+    """Timing forward() allocates too (a level-1 task on a shared H200 died there, read as the task's
+    reference_error): a memory failure while timing is resource_limit and tried again once it is free."""
+    import torch
+
+    from kernelfoundry.tasks.model import ShapeVariant
+
+    use(monkeypatch, FakeGpu([50.0]))
+    calls: list[int] = []
+
+    class ShortOnce(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls.append(1)
+            if len(calls) == 1:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+            return x * 2
+
+    shape = ShapeVariant("default")
+    timing = lambda: validation_child._timed_forward(ShortOnce(), [torch.ones(4)], shape, "cpu")  # noqa: E731
+    with pytest.raises(TaskError, match="timing forward\\(\\) ran out of memory") as short:
+        timing()
+    assert short.value.reason == "resource_limit"
+    calls.clear()
+    said: list[str] = []
+    assert validation_child._retrying_on_memory(timing, "cuda:0", 0, GIB, said.append) >= 0.0
+    assert len(calls) > 1 and "trying again" in said[0]
+
+    class Broken(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("a bug in the task")
+
+    with pytest.raises(TaskError, match="timing forward\\(\\) raised ValueError") as broken:
+        validation_child._timed_forward(Broken(), [torch.ones(4)], shape, "cpu")
+    assert broken.value.reason == "reference_error"
