@@ -151,16 +151,9 @@ def wrap(address: int, elements: int) -> Any:
     """A float32 CUDA tensor over `elements` values at device `address` (no copy, no ownership)."""
     import torch
 
-    class _View:
-        def __init__(self) -> None:
-            self.__cuda_array_interface__ = {
-                "shape": (elements,),
-                "typestr": "<f4",
-                "data": (address, False),
-                "version": 3,
-            }
+    from kernelfoundry.evaluation.device_share import view
 
-    return torch.as_tensor(_View(), device="cuda")
+    return view(address, elements * 4).view(torch.float32)
 
 
 def probe() -> dict[str, Any]:
@@ -202,6 +195,13 @@ def _exchange(process: Any, message: str) -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {"error": f"not an object: {line[:200]}"}
 
 
+def _end_child(process: Any, result: dict[str, Any]) -> None:
+    """The child's last words where it already ended, then it and anything it started go."""
+    if process.popen.stderr is not None and process.poll() is not None:
+        result["child_stderr"] = process.popen.stderr.read().decode(errors="replace")[-600:]
+    process.kill_all()
+
+
 def probe_shareable_fd() -> dict[str, Any]:
     """The judge's cuMemCreate memory lent to the sandboxed child as a file descriptor
     (device_share.LentMemory, as the evaluation lends a shape's outputs)."""
@@ -234,9 +234,7 @@ def probe_shareable_fd() -> dict[str, Any]:
         except Exception as exc:
             result["error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            if process.popen.stderr is not None and process.poll() is not None:
-                result["child_stderr"] = process.popen.stderr.read().decode(errors="replace")[-600:]
-            process.kill_all()
+            _end_child(process, result)
             del mine
             lent.close()
     return result
@@ -279,9 +277,7 @@ def probe_legacy() -> dict[str, Any]:
         except Exception as exc:
             result["error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            if process.popen.stderr is not None and process.poll() is not None:
-                result["child_stderr"] = process.popen.stderr.read().decode(errors="replace")[-600:]
-            process.kill_all()
+            _end_child(process, result)
     return result
 
 
