@@ -376,8 +376,12 @@ def search(
     """Submits the prepared tasks, at most `--parallel-runs` at once, and records each run as it ends."""
     from kernelfoundry.client import SubmissionRejected
 
+    submitted_at: dict[str, float] = {}
+    durations: list[float] = []  # of the runs that ended in this invocation
+    held_back = False
     while prepared or running:
-        if time.monotonic() - started > args.deadline_s:
+        elapsed = time.monotonic() - started
+        if elapsed > args.deadline_s:
             for run_id, row in running.items():
                 progress = runner.client.get_run(run_id)
                 runner.client.cancel(run_id)
@@ -387,9 +391,22 @@ def search(
             print(f"deadline of {args.deadline_s:g} s: {len(prepared)} unsubmitted tasks left")
             return
         while prepared and len(running) < args.parallel_runs:
+            if not worth_submitting(elapsed, args.deadline_s, durations):
+                if not held_back:
+                    print(
+                        f"{len(prepared)} tasks held back: {args.deadline_s - elapsed:.0f} s left, a run "
+                        f"here took {statistics.median(durations):.0f} s (median); left for the next chunk",
+                        flush=True,
+                    )
+                held_back = True
+                if not running:
+                    return
+                break
             task, row = prepared.pop(0)
             try:
-                running[runner.submit(task, args.budget)] = row
+                run_id = runner.submit(task, args.budget)
+                running[run_id] = row
+                submitted_at[run_id] = time.monotonic()
                 row["accepted"] = True
             except SubmissionRejected as exc:
                 row.update(accepted=False, correct=False, refusal=str(exc))
@@ -399,10 +416,20 @@ def search(
         for run_id in list(running):
             found = runner.result(run_id)
             if found is not None:
+                durations.append(time.monotonic() - submitted_at.pop(run_id))
                 row = complete_row(running.pop(run_id), found)
                 append_row(results, row)
                 finished.append(row)
                 print(progress_line(row), flush=True)
+
+
+def worth_submitting(elapsed_s: float, deadline_s: float, durations: list[float]) -> bool:
+    """Whether a new run may still end before the deadline: the time left is at least the median duration
+    of the runs that ended so far (every run is submitted while none has). A run cancelled at the deadline
+    is device time spent on no row; a task held back stays for the next chunk (the results are resumable)."""
+    if not durations:
+        return True
+    return deadline_s - elapsed_s >= statistics.median(durations)
 
 
 def throughput(

@@ -24,6 +24,7 @@ from kernelbench import (
     sample_of,
     select,
     throughput,
+    worth_submitting,
 )
 
 
@@ -57,6 +58,15 @@ def test_throughput_counts_the_ended_runs_evaluations_per_hour_and_the_gpu_sampl
     assert record["gpu_mean_utilisation"] == 51.25
     on_cpu = throughput([], 10.0, None, SimpleNamespace(backend="cpu", parallel_runs=1, budget=4), "abc")
     assert on_cpu["gpu_busy_fraction"] is None and on_cpu["evaluations_per_hour"] == 0.0
+
+
+def test_a_run_is_submitted_only_while_a_typical_run_can_still_end_before_the_deadline() -> None:
+    """Runs cancelled at the deadline were device time spent on no row (three or four a call on the H200):
+    a task is held back for the next chunk once less time is left than a run took here (the median)."""
+    assert worth_submitting(500.0, 510.0, [])  # nothing ended yet: nothing to go by
+    assert worth_submitting(300.0, 510.0, [120.0, 200.0, 90.0])
+    assert not worth_submitting(400.0, 510.0, [120.0, 200.0, 90.0])
+    assert worth_submitting(390.0, 510.0, [120.0, 200.0, 90.0])
 
 
 @pytest.mark.parametrize("text", ["0/4", "5/4", "2", "a/b", "1/0"])
