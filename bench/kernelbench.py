@@ -9,7 +9,9 @@ selected task over gRPC with at most `--budget` evaluations (the executor times 
 `--compile`, torch.compile beside every candidate), and appends one JSON line per task to the results file
 (`bench/results/kernelbench_<backend>.jsonl` unless `--results`) as soon as its run ends. Tasks already in
 that file are skipped, so a chunk cut short by the machine's command limit is resumed by running it
-again; `--deadline-s` stops submitting and cancels unfinished runs (not recorded) before that limit.
+again; `--deadline-s` cancels unfinished runs (not recorded) before that limit, and a task is submitted
+only while the time left is at least the median duration of the runs that ended so far (the rest stay
+for the next chunk).
 On the H200, after `bash scripts/prepare_device_carry.sh` here, with carry [".device-carry"]:
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
