@@ -309,7 +309,11 @@ class Evaluation:
         state = ShapeState(
             index, shape, instance.model, reference_model, TrialHistory(index, shape.name), instance.module
         )
-        eager, flops = roofline.count_flops(lambda: self._eager(state, instance.inputs))
+        with self.device.working_memory() as working:  # the forward's temporaries (set_plan.py)
+            eager, flops = roofline.count_flops(lambda: self._eager(state, instance.inputs))
+        temporaries = working[0] if working else 0
+        if temporaries >= 1 << 28:  # cached, they are no use to the runner: free memory is read next
+            self.device.release_memory()
         input_tensors = [v for v in instance.inputs if isinstance(v, torch.Tensor)]
         tensors = [*input_tensors, *instance.model.parameters(), *instance.model.buffers(), *eager]
         state.traffic = roofline.Traffic(roofline.bytes_of(tensors), flops)
@@ -319,7 +323,7 @@ class Evaluation:
             self.settings.input_sets,
             roofline.bytes_of(input_tensors),
             sum(e.numel() * 8 for e in eager),  # the float64 reference of one set
-            self._sets_budget(),
+            self._sets_budget(temporaries),
             copies=2 if self.staged else 1,
         )
         del eager
@@ -382,10 +386,11 @@ class Evaluation:
         self._bind(state, binding, [param_arena, output_arena], draw=False)
         return state
 
-    def _sets_budget(self) -> int | None:
+    def _sets_budget(self, temporaries_bytes: int = 0) -> int | None:
         configured = os.environ.get("KF_EVALUATION_SETS_MEMORY_BYTES")
+        free = None if configured else self.device.free_memory_bytes()
         try:
-            return sets_budget(None if configured else self.device.free_memory_bytes(), configured)
+            return sets_budget(free, configured, temporaries_bytes)
         except ValueError as exc:
             raise EvaluationFailure(reasons.WORKER_ERROR, str(exc)) from exc
 

@@ -38,9 +38,17 @@ class SetPlan:
         return bool(self.note)
 
 
-def sets_budget(free_bytes: int | None, configured: str | None) -> int | None:
+# The forward's temporaries (bytes eager allocated beyond its inputs and outputs) kept free before the
+# sets' share is taken: the runner's candidate needs about as many while it runs, and the judge's float64
+# reference twice as many (not at the same time). Without it a level-1 loss (an 8 GB difference tensor)
+# failed in the runner beside the held sets, which read as the candidate's own failure.
+WORKING_MEMORY_FACTOR = 2
+
+
+def sets_budget(free_bytes: int | None, configured: str | None, temporaries_bytes: int = 0) -> int | None:
     """The bytes the held sets may take: `configured` (KF_EVALUATION_SETS_MEMORY_BYTES) when given,
-    else SETS_MEMORY_SHARE of the free memory; None: unknown (every set is held)."""
+    else SETS_MEMORY_SHARE of the free memory left after WORKING_MEMORY_FACTOR times the forward's
+    `temporaries_bytes`; None: unknown (every set is held)."""
     if configured:
         try:
             value = int(configured)
@@ -51,7 +59,9 @@ def sets_budget(free_bytes: int | None, configured: str | None) -> int | None:
         if value <= 0:
             raise ValueError(f"KF_EVALUATION_SETS_MEMORY_BYTES must be positive, got {value}")
         return value
-    return None if free_bytes is None else int(free_bytes * SETS_MEMORY_SHARE)
+    if free_bytes is None:
+        return None
+    return int(max(0, free_bytes - WORKING_MEMORY_FACTOR * temporaries_bytes) * SETS_MEMORY_SHARE)
 
 
 def plan_sets(

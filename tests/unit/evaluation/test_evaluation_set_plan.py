@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from kernelfoundry.evaluation.set_plan import MIN_TIMING_SETS, SETS_MEMORY_SHARE, plan_sets, sets_budget
+from kernelfoundry.evaluation.set_plan import (
+    MIN_TIMING_SETS,
+    SETS_MEMORY_SHARE,
+    WORKING_MEMORY_FACTOR,
+    plan_sets,
+    sets_budget,
+)
 
 GB = 10**9
 
@@ -60,3 +66,39 @@ def test_budgets_and_sizes_in_any_number_type_give_whole_sets() -> None:
     assert (plan.trial_sets, plan.timing_sets) == (3, 3)
     assert all(isinstance(n, int) for n in (plan.trial_sets, plan.timing_sets))
     assert plan.lean and not plan_sets(5, 3, 1.0, 0.0, None, copies=1).lean
+
+
+def test_the_forward_s_temporaries_are_kept_free_before_the_sets_share_is_taken() -> None:
+    """A level-1 loss on the H200: 8 GB of inputs a set and an 8 GB difference tensor while it runs.
+    The runner's candidate needs that working memory beside the held sets (its allocation failed there)."""
+    free = 100 * 10**9
+    assert sets_budget(free, None) == int(free * SETS_MEMORY_SHARE)
+    kept = sets_budget(free, None, temporaries_bytes=8 * 10**9)
+    assert kept == int((free - WORKING_MEMORY_FACTOR * 8 * 10**9) * SETS_MEMORY_SHARE)
+    assert sets_budget(10 * 10**9, None, temporaries_bytes=8 * 10**9) == 0  # then the least plan holds
+    assert plan_sets(5, 3, 8 * 10**9, 16 * 10**9, 0, copies=2).trial_sets == 1
+    assert sets_budget(None, "123", temporaries_bytes=8 * 10**9) == 123  # a configured budget is the budget
+
+
+def test_the_host_reports_no_temporaries_and_a_gpu_judge_measures_them() -> None:
+    from kernelfoundry.evaluation.backends.base import JudgeDevice
+
+    with JudgeDevice("cpu", flush=False).working_memory() as measured:
+        pass
+    assert measured == []  # unknown on the host: nothing is kept back
+
+
+@pytest.mark.gpu
+def test_a_cuda_judge_measures_the_temporaries_of_a_forward() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from kernelfoundry.evaluation.backends.cuda import CudaJudgeDevice
+
+    device = CudaJudgeDevice("cuda:0", flush=False)
+    device.setup()
+    x = torch.randn(1 << 24, device="cuda")  # 64 MiB
+    with device.working_memory() as measured:
+        total = ((x * 2.0) + 1.0).sum()  # two 64 MiB temporaries, a scalar kept
+    assert measured and measured[0] >= 64 << 20, measured
+    del total

@@ -94,6 +94,12 @@ class JudgeDevice:
     def release_memory(self) -> None:
         """Give memory the evaluation no longer uses back to the device (other processes need it)."""
 
+    @contextlib.contextmanager
+    def working_memory(self) -> Iterator[list[int]]:
+        """Measures the block's temporaries: the bytes allocated at its peak beyond what it started with
+        and what is still allocated after it (its results), appended to the yielded list when known."""
+        yield []
+
     def unpin(self, address: int) -> None:
         """Undo `pin` (before the memory is unmapped)."""
 

@@ -88,6 +88,20 @@ class CudaJudgeDevice(JudgeDevice):
         free, _ = torch.cuda.mem_get_info(torch.device(self.device))
         return int(free)
 
+    @contextlib.contextmanager
+    def working_memory(self) -> Iterator[list[int]]:
+        import torch
+
+        device = torch.device(self.device)
+        measured: list[int] = []
+        self.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        yield measured
+        self.synchronize()
+        after = torch.cuda.memory_allocated(device)
+        measured.append(max(0, torch.cuda.max_memory_allocated(device) - max(before, after)))
+
     def release_memory(self) -> None:
         """The caching allocator keeps what an evaluation freed; the runners, the next evaluation's
         draws and a validation beside this judge need it from the driver."""
