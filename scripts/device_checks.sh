@@ -11,6 +11,8 @@
 #   ab-cpu     the same on the machine's CPU (a quiet many-core host: the CPU cost figure)
 #   cost       bench/evaluation_cost.py on CUDA: per-phase judge time and GPU-busy fraction (KF_COST_TASKS)
 #   probe-speed tests/kernelbench/probe_gpu_speed.py: the proposer's first CUDA seed per op family vs eager
+#   probe-grid tests/kernelbench/probe_pointwise_grid.py: the pointwise seed's grid capped and uncapped at
+#              KernelBench's sizes, per BLOCK and PER_THREAD, against eager and a copy
 #   kb:K/N     bench/kernelbench.py run on the K-th of N chunks of the 176 tasks (results appended)
 #   kbs:K/N    the same on a spread sample: every N-th task from the K-th (both levels)
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
@@ -63,6 +65,10 @@ for rung in LADDER:
     probe-speed)
       timeout "${KF_STEP_LIMIT_PROBE_SPEED:-240}" python3 tests/kernelbench/probe_gpu_speed.py --json "$out/probe_gpu_speed.json" \
         2>&1 | tee "$out/probe_gpu_speed.txt"
+      ;;
+    probe-grid)
+      timeout "${KF_STEP_LIMIT_PROBE_GRID:-150}" python3 tests/kernelbench/probe_pointwise_grid.py \
+        --json "$out/probe_pointwise_grid.json" 2>&1 | tee "$out/probe_pointwise_grid.txt"
       ;;
     kb:* | kbs:*)
       [[ "$step" == kbs:* ]] && select=(--sample "${step#kbs:}") || select=(--chunk "${step#kb:}")

@@ -41,7 +41,7 @@ from kernelfoundry.evaluation.glue_checks import check_glue
 from kernelfoundry.evaluation.reasons import EvaluationFailure, classify_exception
 from kernelfoundry.evaluation.report import EvaluationReport, ShapeReport
 from kernelfoundry.evaluation.runner_client import RunnerProcess
-from kernelfoundry.evaluation.set_plan import plan_sets, sets_budget
+from kernelfoundry.evaluation.set_plan import plan_sets, sets_budget, working_memory
 from kernelfoundry.evaluation.settings import EvaluationRequest
 from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec, dtype_name, layout
 from kernelfoundry.stack.quiet_host import QuietHost
@@ -71,6 +71,33 @@ def _is_float(value: Any) -> bool:
     import torch
 
     return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _wide_bytes(tensors: list[Any]) -> int:
+    """The bytes of the float64 copies the high-precision reference makes of these inputs."""
+    return sum(t.numel() * 8 for t in tensors if _is_float(t) and t.element_size() < 8)
+
+
+def _tensors_of(model: Any) -> list[Any]:
+    return [*model.parameters(), *model.buffers()]
+
+
+def _owned(outputs: list[Any], sources: list[Any]) -> list[Any]:
+    """The reference's outputs, each cloned only where it shares memory with one of `sources` (an input
+    or a parameter a forward returned), with an earlier output, or is a view of a larger temporary: a
+    fresh output is kept as it is, since a clone of an 8 GB float64 answer needs 16 GB more at the peak."""
+    import torch
+
+    seen = {t.untyped_storage().data_ptr() for t in sources if isinstance(t, torch.Tensor) and t.numel()}
+    owned = []
+    for out in outputs:
+        storage = out.untyped_storage()
+        whole = storage.nbytes() == out.numel() * out.element_size()
+        if storage.data_ptr() in seen or not whole:
+            out = out.clone()
+        seen.add(out.untyped_storage().data_ptr())
+        owned.append(out)
+    return owned
 
 
 def _json_scalar(value: Any, what: str) -> Any:
@@ -323,7 +350,7 @@ class Evaluation:
             self.settings.input_sets,
             roofline.bytes_of(input_tensors),
             sum(e.numel() * 8 for e in eager),  # the float64 reference of one set
-            self._sets_budget(temporaries),
+            self._sets_budget(working_memory(temporaries, _wide_bytes(input_tensors))),
             copies=2 if self.staged else 1,
         )
         del eager
@@ -386,11 +413,11 @@ class Evaluation:
         self._bind(state, binding, [param_arena, output_arena], draw=False)
         return state
 
-    def _sets_budget(self, temporaries_bytes: int = 0) -> int | None:
+    def _sets_budget(self, working_bytes: int = 0) -> int | None:
         configured = os.environ.get("KF_EVALUATION_SETS_MEMORY_BYTES")
         free = None if configured else self.device.free_memory_bytes()
         try:
-            return sets_budget(free, configured, temporaries_bytes)
+            return sets_budget(free, configured, working_bytes)
         except ValueError as exc:
             raise EvaluationFailure(reasons.WORKER_ERROR, str(exc)) from exc
 
@@ -508,7 +535,7 @@ class Evaluation:
         except Exception as exc:
             raise EvaluationFailure(reasons.REFERENCE_ERROR, f"reference forward failed: {exc}") from exc
         self.reference_dtype = ref_dtype
-        result = [o.detach().clone() for o in outputs]
+        result = _owned([o.detach() for o in outputs], [*wide, *_tensors_of(state.reference_model)])
         if state.lean:
             # Memory is short: the float64 copies of the inputs and the forward's temporaries go back to
             # the driver now, not at the evaluation's end, or the runner's next call (its own outputs,
@@ -668,8 +695,11 @@ class Evaluation:
         check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
         state.history.passed_seeds.append(seed_index)
         state.history.previous_reference = reference
-        if state.lean:  # the history keeps it for the next trial's stale-output check
+        if state.lean:
+            # the history keeps it for the next trial's stale-output check, which only names a failure:
+            # in the outputs' own dtype, half the memory beside the next trial's reference
             input_set.reference = None
+            state.history.previous_reference = [r.to(e.dtype) for r, e in zip(reference, eager, strict=True)]
 
     def _probe_outside_stream(self, state: ShapeState) -> None:
         """Staged devices (CUDA): the runner calls the unit while its stream is being captured into a

@@ -45,10 +45,17 @@ class SetPlan:
 WORKING_MEMORY_FACTOR = 2
 
 
-def sets_budget(free_bytes: int | None, configured: str | None, temporaries_bytes: int = 0) -> int | None:
+def working_memory(temporaries_bytes: int, wide_inputs_bytes: int) -> int:
+    """The bytes kept free for the forwards before the sets' share is taken: WORKING_MEMORY_FACTOR times
+    eager's temporaries, and the float64 copies the high-precision reference makes of the inputs
+    (`wide_inputs_bytes`: a level-1 norm's 8.6 GB input is 17 GB more while its reference runs)."""
+    return WORKING_MEMORY_FACTOR * temporaries_bytes + wide_inputs_bytes
+
+
+def sets_budget(free_bytes: int | None, configured: str | None, working_bytes: int = 0) -> int | None:
     """The bytes the held sets may take: `configured` (KF_EVALUATION_SETS_MEMORY_BYTES) when given,
-    else SETS_MEMORY_SHARE of the free memory left after WORKING_MEMORY_FACTOR times the forward's
-    `temporaries_bytes`; None: unknown (every set is held)."""
+    else SETS_MEMORY_SHARE of the free memory left after `working_bytes` (working_memory); None:
+    unknown (every set is held)."""
     if configured:
         try:
             value = int(configured)
@@ -61,7 +68,7 @@ def sets_budget(free_bytes: int | None, configured: str | None, temporaries_byte
         return value
     if free_bytes is None:
         return None
-    return int(max(0, free_bytes - WORKING_MEMORY_FACTOR * temporaries_bytes) * SETS_MEMORY_SHARE)
+    return int(max(0, free_bytes - working_bytes) * SETS_MEMORY_SHARE)
 
 
 def plan_sets(

@@ -163,6 +163,28 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "torch.randn(2, 3, 5, 13, 64)",
         "_spool(",
     ),
+    # 1-D pooling: every window tiled (the span read once into shared memory, one division a block)
+    "max_pool1d_dilated_padded_tiles": (
+        "        self.op = nn.MaxPool1d(8, stride=1, padding=4, dilation=3)",
+        "x",
+        "self.op(x)",
+        "torch.rand(2, 3, 700)",
+        "_spool(",
+    ),
+    "avg_pool1d_strided_padded_tiles": (
+        "        self.op = nn.AvgPool1d(5, stride=2, padding=2)",
+        "x",
+        "self.op(x)",
+        "torch.randn(3, 2, 1500)",
+        "_spool(",
+    ),
+    "avg_pool1d_exclude_pad_tiles": (
+        "        self.op = nn.AvgPool1d(4, stride=3, padding=2, count_include_pad=False)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 2, 801)",
+        "_spool(",
+    ),
     # depthwise convolutions: tiles with halos, strides, dilation, padding, a channel multiplier, bias
     "depthwise2d_3x3": (
         "        self.op = nn.Conv2d(8, 8, 3, groups=8, bias=False)",

@@ -10,6 +10,7 @@ from kernelfoundry.evaluation.set_plan import (
     WORKING_MEMORY_FACTOR,
     plan_sets,
     sets_budget,
+    working_memory,
 )
 
 GB = 10**9
@@ -73,11 +74,23 @@ def test_the_forward_s_temporaries_are_kept_free_before_the_sets_share_is_taken(
     The runner's candidate needs that working memory beside the held sets (its allocation failed there)."""
     free = 100 * 10**9
     assert sets_budget(free, None) == int(free * SETS_MEMORY_SHARE)
-    kept = sets_budget(free, None, temporaries_bytes=8 * 10**9)
-    assert kept == int((free - WORKING_MEMORY_FACTOR * 8 * 10**9) * SETS_MEMORY_SHARE)
-    assert sets_budget(10 * 10**9, None, temporaries_bytes=8 * 10**9) == 0  # then the least plan holds
+    working = working_memory(8 * 10**9, 0)
+    assert working == WORKING_MEMORY_FACTOR * 8 * 10**9
+    assert sets_budget(free, None, working) == int((free - working) * SETS_MEMORY_SHARE)
+    assert sets_budget(10 * 10**9, None, working) == 0  # then the least plan holds
     assert plan_sets(5, 3, 8 * 10**9, 16 * 10**9, 0, copies=2).trial_sets == 1
-    assert sets_budget(None, "123", temporaries_bytes=8 * 10**9) == 123  # a configured budget is the budget
+    assert sets_budget(None, "123", working) == 123  # a configured budget is the budget
+
+
+def test_the_float64_copies_of_the_inputs_are_kept_free_too() -> None:
+    """A level-1 L1 norm on the H200: the float64 reference copies its 8.6 GB input to 17 GB while it
+    runs, beside the held sets; uncounted, the judge ran out of memory in its first trial."""
+    temporaries, wide = 8 * 10**9, 17 * 10**9
+    assert working_memory(temporaries, wide) == WORKING_MEMORY_FACTOR * temporaries + wide
+    free = 130 * 10**9
+    assert sets_budget(free, None, working_memory(temporaries, wide)) < sets_budget(
+        free, None, working_memory(temporaries, 0)
+    )
 
 
 def test_the_host_reports_no_temporaries_and_a_gpu_judge_measures_them() -> None:
