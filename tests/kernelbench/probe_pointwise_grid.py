@@ -1,6 +1,7 @@
 """A probe, not a test: the proposer's pointwise CUDA seed at KernelBench's own sizes, launched with
-its grid capped (65535 blocks that stride over the tensor, as generated) and uncapped (a block per chunk,
-as eager's elementwise kernels launch), under each BLOCK and PER_THREAD, against eager and a plain copy.
+its grid capped (65535 blocks that stride over the tensor, as generated until this probe's first run) and
+uncapped (a block per chunk, as eager's elementwise kernels launch and the proposer now does), under each
+BLOCK and PER_THREAD, against eager and a plain copy.
 
     PYTHONPATH=src python3 tests/kernelbench/probe_pointwise_grid.py [--json FILE] [TASK_GLOB ...]
 

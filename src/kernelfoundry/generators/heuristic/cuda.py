@@ -326,7 +326,13 @@ class CudaEmitter(RowKernels, ColumnKernels):
             per = "4" if vec else "1"
             out.append(f"    const int64_t step = (int64_t)BLOCK * {per} * PER_THREAD;")
             out.append("    const int64_t need = (inner + step - 1) / step;")
-            out.append("    const unsigned gx = (unsigned)(need < 65535 ? (need > 0 ? need : 1) : 65535);")
+            # a block per chunk, as eager launches: grid.x may be 2^31 - 1. Capped at 65535 blocks that
+            # strode over the tensor, the default BLOCK and PER_THREAD ran level1/19_ReLU and 21_Sigmoid at
+            # 3.20 and 3.19 ms on the H200, uncapped 3.09 and 3.07 (eager 3.03;
+            # tests/kernelbench/probe_pointwise_grid.py, bench/results/h200_2026-12-04b)
+            out.append(
+                "    const unsigned gx = (unsigned)(need < 2147483647 ? (need > 0 ? need : 1) : 2147483647);"
+            )
             out.append("    const unsigned gy = (unsigned)(rows < 65535 ? (rows > 0 ? rows : 1) : 65535);")
             out.append("    if (rows * inner > 0)")
             out.append(f"      {kname}<<<dim3(gx, gy), BLOCK, 0, st>>>({', '.join(args)});")

@@ -270,13 +270,24 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
    lanes sat {4 * sw} bytes apart. {geometry} */
 __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, int64_t tiles) {{
   __shared__ float colv[{span}];
+  /* the tile's place (row, first output, h, d, n*c), worked out by one thread: 64-bit divisions are
+     emulated (tens of instructions each), and done by every thread they cost more than the tile's loads */
+  __shared__ int64_t geo[5];
   const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
   const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
   for (int64_t blk = blockIdx.x; blk < rows * tiles; blk += gridDim.x) {{
-    const int64_t row = blk / tiles;
-    const int ow0 = (int)(blk % tiles) * {tw};
-    const int oh = (int)(row % OH), od = (int)((row / OH) % OD);
-    const int64_t nc = row / ((int64_t)OH * OD);
+    if (threadIdx.x == 0) {{
+      const int64_t r = blk / tiles;
+      geo[0] = r;
+      geo[1] = (blk - r * tiles) * {tw};
+      geo[2] = r % OH;
+      geo[3] = (r / OH) % OD;
+      geo[4] = r / ((int64_t)OH * OD);
+    }}
+    __syncthreads();
+    const int64_t row = geo[0];
+    const int ow0 = (int)geo[1], oh = (int)geo[2], od = (int)geo[3];
+    const int64_t nc = geo[4];
     const float* __restrict__ xc = p.x + nc * ID * IH * (int64_t)IW;
     const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, wb = ow0 * {sw} - {pw};
     const int n = OW - ow0 < {tw} ? OW - ow0 : {tw};
