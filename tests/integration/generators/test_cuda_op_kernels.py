@@ -389,13 +389,8 @@ def first_candidate(name: str, case: tuple[str, ...]) -> Any:
         source = TEMPLATE.format(init=init, args=args, body=body, inputs=inputs)
     task = Task(name, source, (ShapeVariant("s"),))
     result = HeuristicGenerator().generate_sync(GenerationRequest("op", task, "cuda", count=4))
-    # the op-kernel unit: a bare conv's first seeds are cuDNN's conv in channels-last (layout.py) and the
-    # implicit-GEMM conv family's (cuda_conv.py)
-    ops = [
-        c
-        for c in result.candidates
-        if not ((v := parse_variant(c.source.code)) is not None and (v.gemm or v.channels_last))
-    ]
+    # the op-kernel unit: a bare conv's first seeds are the implicit-GEMM conv family's (cuda_conv.py)
+    ops = [c for c in result.candidates if not ((v := parse_variant(c.source.code)) is not None and v.gemm)]
     assert ops, result.message
     return task, ops[0].source
 

@@ -27,15 +27,11 @@ from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_plan, cuda_ge
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph
-from kernelfoundry.generators.heuristic.layout import (
-    CUDA_CHANNELS_LAST_CONVS,
-    channels_last_source,
-    to_channels_last_entry,
-)
+from kernelfoundry.generators.heuristic.layout import channels_last_source, to_channels_last_entry
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, op_kernel
 from kernelfoundry.generators.heuristic.opkernels_code import op_entries, op_unit
 from kernelfoundry.generators.heuristic.plan import partition
-from kernelfoundry.generators.heuristic.unbias import unbias_convs, with_output_step
+from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from kernelfoundry.generators.heuristic.variant import Variant
 
 
@@ -93,8 +89,7 @@ def descriptors_for(
     if variant.online and has_softmax:
         algorithm = 2  # the running max/sum (`m_new`) reformulation of softmax
     has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
-    bare = with_output_step(graph, CUDA_CHANNELS_LAST_CONVS) if variant.channels_last else graph
-    unbiased = unbias_convs(bare)
+    unbiased = unbias_convs(graph)
     nhwc = variant.channels_last and (
         channels_last_source(unbiased, partition(unbiased, variant.fuse), "cuda") is not None
     )
@@ -139,8 +134,6 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
     if backend == "cuda":
-        if variant.channels_last:
-            graph = with_output_step(graph, CUDA_CHANNELS_LAST_CONVS)
         graph = unbias_convs(graph)
     parts = partition(graph, fuse)
     if not parts:

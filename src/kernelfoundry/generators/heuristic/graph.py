@@ -14,6 +14,7 @@ Must never compile or run a kernel; torch is imported lazily so the module impor
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,11 @@ from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH, classify_
 from kernelfoundry.tasks.model import ShapeVariant, Task, TaskError
 
 Shape = tuple[int, ...]
+
+# torch.fx's symbolic tracing patches nn.Module.__call__ for the whole process while it runs: two traces
+# at once (a caller generating in threads) broke each other ("module is not installed as a submodule",
+# "CURRENT_PATCHER is None") and left the patch behind for every later module call. One at a time.
+_TRACING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -136,19 +142,20 @@ def capture(task: Task, shape: ShapeVariant | None = None, seed: int = 0) -> Gra
 
     shape = shape or (task.shapes[0] if task.shapes else ShapeVariant("default"))
     ref = instantiate(task, shape, seed, "cpu")
-    try:
-        gm = fx.symbolic_trace(ref.model)
-    except Exception as exc:
-        raise UnsupportedGraph(
-            f"torch.fx could not trace the reference: {type(exc).__name__}: {exc}"
-        ) from exc
     tensor_inputs = [
         x if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float32) for x in ref.inputs
     ]
-    try:
-        ShapeProp(gm).propagate(*tensor_inputs)
-    except Exception as exc:
-        raise UnsupportedGraph(f"shape propagation failed: {type(exc).__name__}: {exc}") from exc
+    with _TRACING:
+        try:
+            gm = fx.symbolic_trace(ref.model)
+        except Exception as exc:
+            raise UnsupportedGraph(
+                f"torch.fx could not trace the reference: {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            ShapeProp(gm).propagate(*tensor_inputs)
+        except Exception as exc:
+            raise UnsupportedGraph(f"shape propagation failed: {type(exc).__name__}: {exc}") from exc
     return _lower(gm, tensor_inputs)
 
 

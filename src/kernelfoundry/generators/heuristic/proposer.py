@@ -37,10 +37,10 @@ from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_applies, cuda
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
-from kernelfoundry.generators.heuristic.layout import CUDA_CHANNELS_LAST_CONVS, channels_last_source
+from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.settle import settle
-from kernelfoundry.generators.heuristic.unbias import unbias_convs, with_output_step
+from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from kernelfoundry.generators.heuristic.variant import Variant, parse_variant
 from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.model import Task, TaskError
@@ -52,11 +52,8 @@ _REDUCTIONS = ("block", "warp", "atomic")
 def channels_last_applies(graph: Graph, backend: str = "cpu") -> bool:
     """Whether the graph is a conv with only a pointwise tail left that a channels-last tail can read:
     CPU, a Conv2d after folding its affine tail; CUDA, a 2-D or 3-D conv kept in cuDNN, its bias and
-    other per-channel operands in the tail (unbias.py), a bare conv given an identity tail."""
-    if backend == "cpu":
-        rewritten = fold_affine_tails(graph)[0]
-    else:
-        rewritten = unbias_convs(with_output_step(graph, CUDA_CHANNELS_LAST_CONVS))
+    other per-channel operands in the tail (unbias.py)."""
+    rewritten = fold_affine_tails(graph)[0] if backend == "cpu" else unbias_convs(graph)
     try:
         parts = partition(rewritten, True)
     except UnsupportedGraph:
@@ -187,13 +184,9 @@ def cuda_seeds(
         seeds.append((Variant(vectorize=False), "fused, scalar grid-stride loops (no alignment needed)"))
     if channels_last_applies(graph, "cuda"):
         # torch.compile's layout: cuDNN's conv on channels-last tensors, the tail reading NHWC and writing
-        # NCHW through a tile. Late for a conv with a tail: on level2/4 it lost to the NCHW seed (6.28 ms
-        # vs 5.97; torch's conversion of the input to NHWC costs what the conv gains), `tiling` reaches
-        # it. First for a bare conv, whose other seeds are the implicit GEMM family alone: on the H200 it
-        # ran level1/55 and 56 at 0.49x and 0.31x eager (cuDNN's TF32 kernels twice as fast), so
-        # cuDNN's conv comes first there, the unit its layout change and its output's tile transpose
-        layout = (Variant(channels_last=True), CUDA_CHANNELS_LAST)
-        seeds = [layout, *seeds] if conv is not None and conv.step is None else [*seeds, layout]
+        # NCHW through a tile. Late: on level2/4 it lost to the NCHW seed (6.28 ms vs 5.97; torch's
+        # conversion of the input to NHWC costs what the conv gains), `tiling` reaches it
+        seeds.append((Variant(channels_last=True), CUDA_CHANNELS_LAST))
     return [*seeds, direct]
 
 

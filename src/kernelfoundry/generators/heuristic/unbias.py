@@ -79,23 +79,6 @@ def unbias_convs(graph: Graph) -> Graph:
     return replace(graph, nodes=nodes, shapes=shapes) if changed else graph
 
 
-def with_output_step(graph: Graph, convs: frozenset[str]) -> Graph:
-    """A bare conv (the graph's one node and its output, its module type in `convs`) followed by an
-    identity pointwise step (`+ 0.0`), so that a layout-changing tail applies to it: the conv kept in
-    cuDNN on channels-last tensors, the step writing its NCHW output (and, once unbias_convs has run,
-    adding its bias). Any other graph is returned as it is."""
-    if len(graph.nodes) != 1 or len(graph.outputs) != 1:
-        return graph
-    (conv,) = graph.nodes
-    module = graph.modules.get(conv.fx_node.target) if conv.fx_node is not None else None
-    if conv.name != graph.outputs[0] or conv.op != "module" or type(module).__name__ not in convs:
-        return graph
-    step = OpNode(f"{conv.name}_out", "add", "pointwise", (Ref(conv.name), 0.0), {}, conv.shape)
-    return replace(
-        graph, nodes=[conv, step], outputs=[step.name], shapes={**graph.shapes, step.name: conv.shape}
-    )
-
-
 def _live(graph: Graph, node: OpNode) -> bool:
     return bool(graph.users(node.name)) or node.name in graph.outputs
 
