@@ -82,3 +82,15 @@ def test_the_pairwise_spread_matches_torch(monkeypatch: pytest.MonkeyPatch) -> N
         spread.add(values[start : start + 64])
     assert math.isclose(spread.std(), float(values.std()), rel_tol=1e-9)
     assert spread.count == 1001
+
+
+def test_bitwise_equal_by_slices_finds_a_difference_in_any_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs larger than a slice are compared a slice at a time (no bool per byte of the whole): a
+    single flipped bit in the first, a middle or the short last slice is found."""
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 3)  # 24-byte slices over 101 floats (404 bytes)
+    a = torch.randn(101)
+    assert comparison.bitwise_equal(a, a.clone())
+    for at in (0, 50, 100):
+        b = a.clone()
+        b.view(torch.int32)[at] ^= 1
+        assert not comparison.bitwise_equal(a, b), at
