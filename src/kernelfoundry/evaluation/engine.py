@@ -78,10 +78,6 @@ def _wide_bytes(tensors: list[Any]) -> int:
     return sum(t.numel() * 8 for t in tensors if _is_float(t) and t.element_size() < 8)
 
 
-def _tensors_of(model: Any) -> list[Any]:
-    return [*model.parameters(), *model.buffers()]
-
-
 def _owned(outputs: list[Any], sources: list[Any]) -> list[Any]:
     """The reference's outputs, each cloned only where it shares memory with one of `sources` (an input
     or a parameter a forward returned), with an earlier output, or is a view of a larger temporary: a
@@ -535,7 +531,8 @@ class Evaluation:
         except Exception as exc:
             raise EvaluationFailure(reasons.REFERENCE_ERROR, f"reference forward failed: {exc}") from exc
         self.reference_dtype = ref_dtype
-        result = _owned([o.detach() for o in outputs], [*wide, *_tensors_of(state.reference_model)])
+        model = state.reference_model
+        result = _owned([o.detach() for o in outputs], [*wide, *model.parameters(), *model.buffers()])
         if state.lean:
             # Memory is short: the float64 copies of the inputs and the forward's temporaries go back to
             # the driver now, not at the evaluation's end, or the runner's next call (its own outputs,
@@ -694,10 +691,10 @@ class Evaluation:
         outputs = self._read_outputs(state)
         check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
         state.history.passed_seeds.append(seed_index)
+        # the history keeps it for the next trial's stale-output check, which only names a failure: a
+        # lean plan keeps it in the outputs' own dtype, half the memory beside the next trial's reference
         state.history.previous_reference = reference
         if state.lean:
-            # the history keeps it for the next trial's stale-output check, which only names a failure:
-            # in the outputs' own dtype, half the memory beside the next trial's reference
             input_set.reference = None
             state.history.previous_reference = [r.to(e.dtype) for r, e in zip(reference, eager, strict=True)]
 
