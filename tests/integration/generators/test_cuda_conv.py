@@ -2,7 +2,8 @@
 value (pipelines of 2 to 4 stages), and on a GPU matches the reference on awkward geometry: Conv1d /
 Conv2d / Conv3d and their transposes with stride, padding, dilation and groups, channel counts that fill
 no tile, pixel counts that are no multiple of the tile or of 4, a bias or none, and a per-channel tail
-(inference BatchNorm, ReLU). 3xTF32 is judged at KernelBench's float32 tolerance; the one-TF32-product
+(inference BatchNorm, ReLU); where a group's channels run in fours, through the NHWC copy of the input
+as well as in NCHW. 3xTF32 is judged at KernelBench's float32 tolerance; the one-TF32-product
 variant at TF32's (1e-2): whether cuDNN runs a small reference conv in TF32, which sets eager's own error
 and the judge's floor, is cuDNN's choice."""
 
@@ -52,7 +53,20 @@ CONVS = {  # name: (module, forward expression, input shape)
         "torch.sigmoid(self.conv(x))",
         "1, 4, 4, 5, 6",
     ),
+    # channels in runs of four (the channels-last path too): 12 a group, so a BK 16 or 32 slice spans
+    # taps; pixels that fill no tile; strided, padded, dilated; grouped, transposed
+    "2d_runs": (
+        "nn.Conv2d(12, 20, (3, 5), stride=(1, 2), padding=(2, 1), dilation=(2, 1))",
+        "self.conv(x)",
+        "2, 12, 15, 17",
+    ),
+    "t3d_runs": (
+        "nn.ConvTranspose3d(8, 12, 3, stride=2, padding=1, output_padding=1, groups=2)",
+        "torch.relu(self.conv(x))",
+        "1, 8, 3, 4, 5",
+    ),
 }
+CHANNELS_LAST = {"1d_dilated", "pointwise_tail", "2d_grouped_vec", "t2d_strided", "2d_runs", "t3d_runs"}
 TF32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
 COMBOS = [  # every value of every tunable, each pair of BM and BK, the deepest and shallowest pipelines
     {"BM": bm, "BK": bk, "KF_STAGES": stages, "KF_MIN_BLOCKS": b}
@@ -81,19 +95,34 @@ def all_tasks(tf32: bool) -> list[Task]:
     return [conv_task(name, tf32) for name in CONVS] + [suite_task(tf32)]
 
 
-def conv_source(t: Task, tf32: bool) -> KernelSource:
-    """The task's implicit-GEMM conv unit: one TF32 product a term, or 3xTF32."""
+def conv_source(t: Task, tf32: bool, channels_last: bool = False) -> KernelSource:
+    """The task's implicit-GEMM conv unit: one TF32 product a term, or 3xTF32; the input read in NCHW
+    or through its NHWC copy."""
     result = HeuristicGenerator().generate_sync(GenerationRequest("g", t, "cuda", count=16))
     variants = [(c, parse_variant(c.source.code)) for c in result.candidates]
-    units = [c for c, v in variants if v is not None and v.gemm and v.tf32 == tf32]
+    units = [
+        c
+        for c, v in variants
+        if v is not None and v.gemm and v.tf32 == tf32 and v.channels_last == channels_last
+    ]
     assert len(units) == 1, (t.name, result.error, result.message, [v for _, v in variants])
     return units[0].source
+
+
+def layouts(t: Task) -> tuple[bool, ...]:
+    """The input layouts the family reads the task's input in: NCHW, and NHWC where channels run in 4s."""
+    return (False, True) if t.name.removeprefix("conv_") in CHANNELS_LAST else (False,)
 
 
 def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
     from kernelfoundry.toolchains import BuildCache, BuildTarget, build
 
-    units = [with_params(conv_source(t, tf32), {}) for tf32 in (True, False) for t in all_tasks(tf32)]
+    units = [
+        with_params(conv_source(t, tf32, nhwc), {})
+        for tf32 in (True, False)
+        for t in all_tasks(tf32)
+        for nhwc in layouts(t)
+    ]
     source = conv_source(conv_task("2d_strided", True), True)
     assert {t.name: t.values for t in source.tunables} == {
         "BM": (64, 128),
@@ -102,6 +131,8 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
         "KF_MIN_BLOCKS": (1, 2),
     }
     units += [with_params(source, combo) for combo in COMBOS]
+    runs = conv_source(conv_task("2d_runs", True), True, channels_last=True)
+    units += [with_params(runs, combo) for combo in COMBOS]
     target, cache = BuildTarget("cuda", "sm90"), BuildCache(tmp_path)
     with ThreadPoolExecutor(4) as pool:
         built = list(pool.map(lambda s: build(s, target, cache), units))
@@ -109,12 +140,12 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     assert not failed, failed
 
 
-def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool]]:
-    """Every (task, tilings, one TF32 product) the GPU tests judge."""
+def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool, bool]]:
+    """Every (task, tilings, one TF32 product, channels-last) the GPU tests judge."""
     cases = []
     for tf32 in (True, False):
         for t in all_tasks(tf32):
-            cases.append((t, GPU_COMBOS, tf32))
+            cases += [(t, GPU_COMBOS, tf32, nhwc) for nhwc in layouts(t)]
     return cases
 
 
@@ -124,7 +155,11 @@ def gpu_judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
 
     def units() -> list[KernelSource]:
         cases = gpu_cases()
-        return [with_params(conv_source(t, tf32), combo) for t, combos, tf32 in cases for combo in combos]
+        return [
+            with_params(conv_source(t, tf32, nhwc), combo)
+            for t, combos, tf32, nhwc in cases
+            for combo in combos
+        ]
 
     yield from built_units_and_worker(tmp_path_factory, units, "conv-builds")
 
@@ -144,8 +179,8 @@ def test_conv_units_are_correct_on_awkward_geometry(
         measure_torch_compile=False, measure_baselines=False, timed_runs=10, warmup_runs=1
     )
     failures = []
-    for combo in GPU_COMBOS:
-        unit = with_params(conv_source(t, tf32), combo)
+    for nhwc, combo in itertools.product(layouts(t), GPU_COMBOS):
+        unit = with_params(conv_source(t, tf32, nhwc), combo)
         b = build(unit, BuildTarget("cuda", "sm90"), cache)  # a cache hit
         assert b.ok and b.artifact is not None, b.log
         request = EvaluationRequest(
@@ -153,5 +188,5 @@ def test_conv_units_are_correct_on_awkward_geometry(
         )
         report = worker.evaluate(request)
         if not report.correct:
-            failures.append(f"{combo}: {report.reason} {report.message}")
+            failures.append(f"{combo}, channels-last {nhwc}: {report.reason} {report.message}")
     assert not failures, failures

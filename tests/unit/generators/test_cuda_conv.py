@@ -26,8 +26,13 @@ def seeds(t: Task) -> list[GeneratedCandidate]:
     return list(result.candidates)
 
 
-def family(t: Task) -> list[GeneratedCandidate]:
-    return [c for c in seeds(t) if (v := parse_variant(c.source.code)) is not None and v.gemm]
+def family(t: Task, channels_last: bool = False) -> list[GeneratedCandidate]:
+    """The conv family's seeds: those reading the input in NCHW, or through its NHWC copy."""
+    return [
+        c
+        for c in seeds(t)
+        if (v := parse_variant(c.source.code)) is not None and v.gemm and v.channels_last == channels_last
+    ]
 
 
 def test_a_bare_conv_leads_with_one_tf32_product_then_3xtf32() -> None:
@@ -148,3 +153,44 @@ def test_k_streams_through_a_cp_async_pipeline_of_declared_depth() -> None:
     # K = 16 x 9 = 144: the filters' rows are k-contiguous and 16-byte aligned where the weight is
     assert "const int a_vec = K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0;" in code
     assert "kf_cp16(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);" in code
+
+
+def test_a_bare_conv_of_channels_in_runs_of_four_leads_with_the_channels_last_path() -> None:
+    found = seeds(conv_task("nn.Conv2d(8, 16, 3, padding=1)", "2, 8, 13, 11"))
+    order = [(v.tf32, v.channels_last) for c in found[:4] if (v := parse_variant(c.source.code)) and v.gemm]
+    # each precision through the NHWC copy first (3xTF32 second: where cuDNN runs float32, only it
+    # passes), then the NCHW gather at each
+    assert order == [(True, True), (False, True), (True, False), (False, False)]
+    assert "#define KF_NHWC 1" in found[0].source.code and "#define KF_NHWC 0" in found[2].source.code
+    # three input channels: no 16-byte runs, the NCHW gather only
+    plain = seeds(conv_task("nn.Conv2d(3, 5, 3)", "2, 3, 13, 11"))
+    variants = [parse_variant(c.source.code) for c in plain]
+    assert not any(v is not None and v.channels_last for v in variants)
+
+
+def test_the_channels_last_path_copies_16_byte_runs_of_one_tap() -> None:
+    code = family(conv_task("nn.Conv2d(12, 16, (3, 5), stride=2, padding=1)", "1, 12, 9, 11"), True)[
+        0
+    ].source.code
+    assert "#define KF_CIG 12" in code
+    assert "if (CI != (int64_t)KF_CIG * KF_GROUPS) return KF_ERR_BAD_ARGUMENTS;" in code
+    # K ordered (tap, channel): one decode a run of four channels, one bounds check a pixel
+    assert "const int t = gk / KF_CIG, ci = gk - t * KF_CIG;" in code
+    assert "ok ? W + (int64_t)((d * geo.IH + h) * geo.IW + w) * geo.CI + ci : W, ok);" in code
+    assert "kf_cp16_l1(&Bs[st][prow + KF_PIXEL_STEP * u][run]," in code
+    # the stages are pixel-major (k-contiguous), and so are the fragment reads
+    assert "#define KF_B_FRAG(k, c) Bs[cur][c][k]" in code
+    # the input's NHWC copy and the filters' (CO, taps, channel) copy, in scratch freed after the conv
+    assert "kf_to_nhwc<<<tgrid, dim3(32, 8), 0, st>>>(X, xin, (int)CI, S);" in code
+    assert "f[e] = w[((g * M + m) * KF_CIG + ci) * KF_TAPS + t];" in code
+    assert "const int a_vec = 1;" in code
+    assert "cudaFreeAsync(xin, st);" in code and "cudaFreeAsync(fil, st);" in code
+
+
+def test_a_transposed_conv_through_channels_last_reads_its_filters_by_input_channel() -> None:
+    module = "nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)"
+    code = family(conv_task(module, "1, 8, 5, 7"), True)[0].source.code
+    assert "#define KF_CIG 4" in code and "#define KF_GROUPS 2" in code
+    assert "f[e] = w[((g * KF_CIG + ci) * M + m) * KF_TAPS + t];" in code  # (CI, CO / G, taps)
+    assert "d % KF_SD == 0" in code
+    assert "#define KF_A_SRC(gm, gk) (X + (int64_t)(gm) * K + (gk))" in code

@@ -18,6 +18,13 @@ pixels, so a stride-1 conv's gather coalesces. The grid's z is (image, group).
 Output rows are channels: the epilogue adds the bias (per row), applies the tail with the per-channel
 operands indexed by the row, and stores each row's pixels contiguously (float2 runs where P % 4 == 0).
 
+The channels-last operand path (`channels_last` variant, where a group's input channels are a multiple
+of 4): the unit first copies the input to NHWC and the filters to (CO, taps, CI / G) in stream-ordered
+scratch, and orders K as (tap, channel). A k slice then holds 16-byte runs of one pixel's channels at
+one tap: B is copied 16 bytes at a time (one decode and one bounds check per run, not per element) into
+pixel-major stages, A as a k-contiguous matrix. cuDNN's own TF32 kernels read NHWC too (it converts the
+input and the output around them); this path converts the input only, the epilogue writing NCHW rows.
+
 Precision: torch runs float32 convolutions through cuDNN with TF32 allowed (its default), so eager's
 own error, and with it the judge's tolerance floor, is TF32's. The `tf32` variant multiplies once in
 TF32 (KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. Tunables:
@@ -29,6 +36,7 @@ Pure string building.
 from __future__ import annotations
 
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
+from kernelfoundry.generators.heuristic.cuda import ALLOC
 from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS, TC_STEP
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
@@ -49,6 +57,12 @@ def cuda_conv_applies(graph: Graph) -> bool:
     return cuda_conv_plan(graph) is not None
 
 
+def channels_last_operands_apply(graph: Graph, plan: ConvPlan) -> bool:
+    """Whether the channels-last operand path applies: a group's input channels fill 16-byte runs."""
+    groups_channels = int(graph.shapes[plan.x][1]) // plan.groups
+    return groups_channels > 0 and groups_channels % 4 == 0
+
+
 def _block_rows(plan: ConvPlan) -> int:
     """BM's default: 64 output channels a block where a group has at most 64 (no wasted rows)."""
     return 64 if int(plan.conv.shape[1]) // plan.groups <= 64 else 128
@@ -66,16 +80,36 @@ def _geometry_defines(plan: ConvPlan) -> list[str]:
     return lines
 
 
+def _first_position(plan: ConvPlan) -> str:
+    """An output pixel's first input position per axis: a forward conv reads input d0 + kd * DD for
+    output d; a transposed one reads (d + PD - kd * DD) / SD where that divides."""
+    if not plan.transposed:
+        return "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
+    return "pd + KF_PD, ph + KF_PH, pw + KF_PW"
+
+
+def _tap_position(plan: ConvPlan) -> tuple[str, str, str]:
+    """(the tap's input position of a pixel, its bounds check, its offset in the input's plane): a
+    transposed conv's position must also divide by the stride."""
+    if not plan.transposed:
+        return (
+            "const int d = qd[u] + td, h = qh[u] + th, w = qw[u] + tw;",
+            "d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW",
+            "(d * geo.IH + h) * geo.IW + w",
+        )
+    return (
+        "const int d = qd[u] - td, h = qh[u] - th, w = qw[u] - tw;",
+        "d >= 0 && h >= 0 && w >= 0 && d % KF_SD == 0 && h % KF_SH == 0 && w % KF_SW == 0 &&\n"
+        "                        d / KF_SD < geo.ID && h / KF_SH < geo.IH && w / KF_SW < geo.IW",
+        "(d / KF_SD * geo.IH + h / KF_SH) * geo.IW + w / KF_SW",
+    )
+
+
 def _prologue(plan: ConvPlan) -> str:
     """The block's image and group and their planes, and the four output pixels this thread gathers B
     for (n0 + lane + 32 u: a warp's loads of one k row are 32 neighbouring pixels): their first input
-    position (a forward conv reads input d0 + kd * DD for output d; a transposed one reads (d + PD - kd *
-    DD) / SD where that divides)."""
-    first = (
-        "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
-        if not plan.transposed
-        else "pd + KF_PD, ph + KF_PH, pw + KF_PW"
-    )
+    position."""
+    first = _first_position(plan)
     return (
         r"""
   static_assert(BN == 128, "the gather: 32 threads a k row, 4 pixels a thread");
@@ -106,43 +140,38 @@ def _prologue(plan: ConvPlan) -> str:
     )
 
 
+_LOAD_A = r"""  auto load_a = [&](int st, int k0) {
+    if (a_vec) {
+      #pragma unroll
+      for (int l = 0; l < (BM * BK / 4 + 255) / 256; ++l) {
+        const int e = tid + l * 256, r = e / (BK / 4), kk = e % (BK / 4) * 4;
+        const int gm = m0 + r, gk = k0 + kk;
+        const bool ok = gm < M && gk < K;  /* K % 4 == 0: the four are in range together */
+        if (e < BM * BK / 4) kf_cp16(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
+      }
+    } else {
+      #pragma unroll
+      for (int l = 0; l < BM * BK / 256; ++l) {
+        const int e = tid + l * 256, r = e / BK, kk = e % BK;
+        const int gm = m0 + r, gk = k0 + kk;
+        const bool ok = gm < M && gk < K;
+        kf_cp4(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
+      }
+    }
+  };
+"""
+
+
 def _loads(plan: ConvPlan) -> str:
     """The stage fills, cp.async global -> shared (no register staging, zeros where out of range):
     `load_a(st, k0)` the filters' slice [k0, k0 + BK) of the block's rows (16-byte copies where a_vec:
     k-contiguous rows, K % 4 == 0), `load_b(st, k0)` the im2col slice of the thread's four pixels: one
     (ci, tap) decode a k row, four 4-byte copies (zeros in the padding and, transposed, where the
     position does not divide by the stride)."""
-    if not plan.transposed:
-        at = "const int d = qd[u] + td, h = qh[u] + th, w = qw[u] + tw;"
-        ok = "d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW"
-        index = "(d * geo.IH + h) * geo.IW + w"
-    else:
-        at = "const int d = qd[u] - td, h = qh[u] - th, w = qw[u] - tw;"
-        ok = (
-            "d >= 0 && h >= 0 && w >= 0 && d % KF_SD == 0 && h % KF_SH == 0 && w % KF_SW == 0 &&\n"
-            "                        d / KF_SD < geo.ID && h / KF_SH < geo.IH && w / KF_SW < geo.IW"
-        )
-        index = "(d / KF_SD * geo.IH + h / KF_SH) * geo.IW + w / KF_SW"
-    return f"""  auto load_a = [&](int st, int k0) {{
-    if (a_vec) {{
-      #pragma unroll
-      for (int l = 0; l < (BM * BK / 4 + 255) / 256; ++l) {{
-        const int e = tid + l * 256, r = e / (BK / 4), kk = e % (BK / 4) * 4;
-        const int gm = m0 + r, gk = k0 + kk;
-        const bool ok = gm < M && gk < K;  /* K % 4 == 0: the four are in range together */
-        if (e < BM * BK / 4) kf_cp16(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
-      }}
-    }} else {{
-      #pragma unroll
-      for (int l = 0; l < BM * BK / 256; ++l) {{
-        const int e = tid + l * 256, r = e / BK, kk = e % BK;
-        const int gm = m0 + r, gk = k0 + kk;
-        const bool ok = gm < M && gk < K;
-        kf_cp4(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
-      }}
-    }}
-  }};
-  auto load_b = [&](int st, int k0) {{
+    at, ok, index = _tap_position(plan)
+    return (
+        _LOAD_A
+        + f"""  auto load_b = [&](int st, int k0) {{
     #pragma unroll
     for (int j = 0; j < BK / 8; ++j) {{
       const int kk = k4 + 8 * j, gk = k0 + kk;
@@ -158,6 +187,67 @@ def _loads(plan: ConvPlan) -> str:
     }}
   }};
 """
+    )
+
+
+def _nhwc_prologue(plan: ConvPlan) -> str:
+    """The channels-last path's block setup: W is the image's NHWC input at the group's first channel,
+    X the group's filters as (M, taps x KF_CIG). A pixel's k slice is BK / 4 runs of 16 bytes; thread
+    tid copies run tid % (BK / 4) of the pixels tid / (BK / 4) + (256 / (BK / 4)) u, whose first input
+    positions it decodes once."""
+    first = _first_position(plan)
+    return (
+        r"""
+  const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
+  const int64_t pixels_in = (int64_t)geo.ID * geo.IH * geo.IW;
+  W += image * pixels_in * geo.CI + group * KF_CIG;  /* the image's pixels, the group's first channel */
+  X += group * (int64_t)M * K;  /* its filters: M output channels x K = taps x KF_CIG */
+  out += (image * KF_GROUPS + group) * (int64_t)M * N;  /* its output: M channels of P pixels */
+  const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
+  constexpr int KF_RUNS = BK / 4;  /* 16-byte runs of a pixel's k slice */
+  constexpr int KF_PIXEL_STEP = 256 / KF_RUNS;  /* pixels one pass of the block's threads copies */
+  constexpr int KF_PASSES = BN / KF_PIXEL_STEP;
+  const int run = (tid % KF_RUNS) * 4, prow = tid / KF_RUNS;
+  int qd[KF_PASSES], qh[KF_PASSES], qw[KF_PASSES];
+  bool qin[KF_PASSES];
+  #pragma unroll
+  for (int u = 0; u < KF_PASSES; ++u) {
+    const int px = n0 + prow + KF_PIXEL_STEP * u;
+    qin[u] = px < N;
+    const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
+    const int first[3] = {"""
+        + first
+        + r"""};
+    qd[u] = first[0];
+    qh[u] = first[1];
+    qw[u] = first[2];
+  }
+"""
+    )
+
+
+def _nhwc_loads(plan: ConvPlan) -> str:
+    """The channels-last stage fills: A as `_loads` (k-contiguous filters, 16-byte copies); B one decode
+    of (tap, channel) for the thread's run of 4 channels (KF_CIG % 4 == 0: a run lies in one tap), then
+    for each of its pixels one bounds check and one 16-byte copy of 4 neighbouring channels (zeros in
+    the padding). Through L1 (.ca): a block's pixels read overlapping input at neighbouring taps."""
+    at, ok, index = _tap_position(plan)
+    return (
+        _LOAD_A
+        + f"""  auto load_b = [&](int st, int k0) {{
+    const int gk = k0 + run;
+    const int t = gk / KF_CIG, ci = gk - t * KF_CIG;
+    const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;
+    #pragma unroll
+    for (int u = 0; u < KF_PASSES; ++u) {{
+      {at}
+      const bool ok = gk < K && qin[u] && {ok};
+      kf_cp16_l1(&Bs[st][prow + KF_PIXEL_STEP * u][run],
+                 ok ? W + (int64_t)({index}) * geo.CI + ci : W, ok);
+    }}
+  }};
+"""
+    )
 
 
 _OPEN = (
@@ -168,8 +258,14 @@ static_assert(KF_STAGES >= 2 && KF_STAGES <= 4, "KF_STAGES must be 2, 3 or 4");
     + TC_HELPERS
     + r"""
 #define KF_AS_LD (BK + 4)  /* As rows (k-contiguous, 16-byte aligned): a warp's fragment reads hit 32 banks */
-#define KF_BS_LD (BN + KF_PAD)  /* Bs rows of 136 pixels: likewise */
-#define KF_SMEM_FLOATS (KF_STAGES * (BM * KF_AS_LD + BK * KF_BS_LD))
+#if KF_NHWC
+#define KF_BS_ROWS BN  /* Bs rows of a pixel's k slice (k-contiguous, as As's) */
+#define KF_BS_LD (BK + 4)
+#else
+#define KF_BS_ROWS BK  /* Bs rows of 136 pixels a k: likewise */
+#define KF_BS_LD (BN + KF_PAD)
+#endif
+#define KF_SMEM_FLOATS (KF_STAGES * (BM * KF_AS_LD + KF_BS_ROWS * KF_BS_LD))
 
 /* 4- and 16-byte copies global -> shared that bypass the registers; ok false: zeros, nothing read */
 __device__ __forceinline__ void kf_cp4(float* dst, const float* src, bool ok) {
@@ -179,6 +275,10 @@ __device__ __forceinline__ void kf_cp4(float* dst, const float* src, bool ok) {
 __device__ __forceinline__ void kf_cp16(float* dst, const float* src, bool ok) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void kf_cp16_l1(float* dst, const float* src, bool ok) {  /* kept in L1 too */
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
 }
 
 /* One BM x 128 tile of a group's out = filters x im2col (then bias and the tail) per block of 256
@@ -191,7 +291,8 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
             const kf_conv_args geo) {
   extern __shared__ __align__(16) float kf_smem[];
   float (*As)[BM][KF_AS_LD] = reinterpret_cast<float (*)[BM][KF_AS_LD]>(kf_smem);
-  float (*Bs)[BK][KF_BS_LD] = reinterpret_cast<float (*)[BK][KF_BS_LD]>(kf_smem + KF_STAGES * BM * KF_AS_LD);
+  float (*Bs)[KF_BS_ROWS][KF_BS_LD] =
+      reinterpret_cast<float (*)[KF_BS_ROWS][KF_BS_LD]>(kf_smem + KF_STAGES * BM * KF_AS_LD);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;  /* the MMA fragments' group and thread in group */
   const int wm = warp >> 2, wn = warp & 3;
@@ -218,7 +319,11 @@ _MAIN_LOOP = (
     asm volatile("cp.async.commit_group;");
   }
 #define KF_A_FRAG(k, r) As[cur][r][k]
+#if KF_NHWC
+#define KF_B_FRAG(k, c) Bs[cur][c][k]
+#else
 #define KF_B_FRAG(k, c) Bs[cur][k][c]
+#endif
   for (int s = 0; s < slices; ++s) {
     /* this thread's copies of slice s have landed (at most KF_STAGES - 2 later groups pending); the
        barrier makes every thread's visible and frees the stage read in iteration s - 1 */
@@ -238,7 +343,7 @@ _MAIN_LOOP = (
 )
 
 
-def _args_struct(plan: ConvPlan) -> str:
+def _args_struct(plan: ConvPlan, nhwc: bool) -> str:
     """The kernel's own argument: the sizes read from the tensors at run time (the filter's taps,
     stride, padding and dilation are baked) and the tail's per-channel operands and constants."""
     fields = ["  int CI, ID, IH, IW, OD, OH, OW;"]
@@ -249,14 +354,15 @@ def _args_struct(plan: ConvPlan) -> str:
             "struct kf_conv_args {",
             *fields,
             "};",
-            _a_source(plan),
+            _a_source(plan, nhwc),
         ]
     )
 
 
-def _a_source(plan: ConvPlan) -> str:
+def _a_source(plan: ConvPlan, nhwc: bool) -> str:
     """KF_A_SRC: the filter element (output channel gm, k) of the block's group (X points at it)."""
-    if not plan.transposed:  # (CO, CI / G, taps): k-contiguous rows
+    # (CO, CI / G, taps): k-contiguous rows; the channels-last path's own copy (M, taps x KF_CIG) too
+    if nhwc or not plan.transposed:
         return "#define KF_A_SRC(gm, gk) (X + (int64_t)(gm) * K + (gk))"
     # (CI, CO / G, taps): an input channel's filters for every output channel, then the taps
     return "#define KF_A_SRC(gm, gk) (X + ((int64_t)((gk) / KF_TAPS) * M + (gm)) * KF_TAPS + (gk) % KF_TAPS)"
@@ -298,6 +404,51 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
     w("  }")
     w("}")
     return out
+
+
+_TO_CHANNELS_LAST = r"""
+/* The channels-last path's operands, rewritten into scratch before the conv: x (NB, CI, S) -> (NB, S,
+   CI) through a 32 x 33 tile (both sides' accesses coalesce), and the filters to (CO, taps, KF_CIG). */
+__global__ void __launch_bounds__(256) kf_to_nhwc(const float* __restrict__ x, float* __restrict__ y, int CI,
+                                                  int64_t S) {
+  __shared__ float tile[32][33];
+  const int64_t s0 = (int64_t)blockIdx.x * 32, image = blockIdx.z;
+  const int c0 = blockIdx.y * 32;
+  x += image * CI * S;
+  y += image * CI * S;
+  for (int r = threadIdx.y; r < 32; r += 8) {
+    const int c = c0 + r;
+    const int64_t s = s0 + threadIdx.x;
+    if (c < CI && s < S) tile[r][threadIdx.x] = x[(int64_t)c * S + s];
+  }
+  __syncthreads();
+  for (int r = threadIdx.y; r < 32; r += 8) {
+    const int64_t s = s0 + r;
+    const int c = c0 + threadIdx.x;
+    if (c < CI && s < S) y[s * CI + c] = tile[threadIdx.x][r];
+  }
+}
+"""
+
+
+def _filters_kernel(plan: ConvPlan) -> str:
+    """kf_filters: the filters as (G, M, taps, KF_CIG), k = tap x KF_CIG + channel contiguous a row. A
+    forward conv's weight is (CO, CI / G, taps), a transposed one's (CI, CO / G, taps)."""
+    src = (
+        "((g * KF_CIG + ci) * M + m) * KF_TAPS + t"
+        if plan.transposed
+        else "((g * M + m) * KF_CIG + ci) * KF_TAPS + t"
+    )
+    return f"""__global__ void kf_filters(const float* __restrict__ w, float* __restrict__ f, int64_t total,
+                           int64_t M) {{
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += step) {{
+    const int64_t ci = e % KF_CIG, t = e / KF_CIG % KF_TAPS, m = e / (KF_CIG * KF_TAPS) % M;
+    const int64_t g = e / (KF_CIG * KF_TAPS * M);
+    f[e] = w[{src}];
+  }}
+}}
+"""
 
 
 def _operand_lines(plan: ConvPlan) -> list[str]:
@@ -363,7 +514,9 @@ def _per_channel(index: int, shape: str, var: str) -> list[str]:
 
 
 def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str]) -> str:
-    """The whole .cu unit: tunables, prelude, the implicit-GEMM kernel with its epilogue, `kf_forward`."""
+    """The whole .cu unit: tunables, prelude, the implicit-GEMM kernel with its epilogue, `kf_forward`
+    (the channels-last path where the variant asks for it and a group's channels fill 16-byte runs)."""
+    nhwc = variant.channels_last and channels_last_operands_apply(graph, plan)
     bm = _block_rows(plan)
     tunables = (
         f"// @kf.tunable BM in [64, 128] default {bm}",
@@ -377,14 +530,22 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
     lines += [
         f"#define KF_TF32_TERMS {1 if variant.tf32 else 3}  /* TF32 products a term (1: cuDNN's) */",
+        f"#define KF_NHWC {int(nhwc)}  /* the channels-last operand path */",
         *_geometry_defines(plan),
-        _args_struct(plan),
+    ]
+    if nhwc:
+        cig = int(graph.shapes[plan.x][1]) // plan.groups
+        lines += [f"#define KF_CIG {cig}  /* input channels a group (checked against the input) */", ALLOC]
+    lines += [
+        _args_struct(plan, nhwc),
         _OPEN.rstrip("\n"),
-        _prologue(plan).rstrip("\n"),
-        _loads(plan).rstrip("\n"),
+        (_nhwc_prologue(plan) if nhwc else _prologue(plan)).rstrip("\n"),
+        (_nhwc_loads(plan) if nhwc else _loads(plan)).rstrip("\n"),
         _MAIN_LOOP.rstrip("\n"),
     ]
     lines += _epilogue(graph, plan)
+    if nhwc:
+        lines += [_TO_CHANNELS_LAST.rstrip("\n"), "", _filters_kernel(plan)]
     lines.append("")
     w = lines.append
     w("KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
@@ -395,6 +556,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w("  const int64_t P = OD * OH * OW, M = CO / KF_GROUPS, K = CI / KF_GROUPS * KF_TAPS;")
     w("  const int64_t limit = ((int64_t)1 << 31) - 1;")
     w("  if (P > limit - BN || K > limit || CO > limit || ID * IH * IW > limit) return KF_ERR_UNSUPPORTED;")
+    if nhwc:
+        w("  if (CI != (int64_t)KF_CIG * KF_GROUPS) return KF_ERR_BAD_ARGUMENTS;")
     w("  if (NB == 0 || CO == 0) return KF_OK;")
     w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
     w("  if (ctiles > 65535 || NB * KF_GROUPS > 65535) return KF_ERR_UNSUPPORTED;")
@@ -404,16 +567,39 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
     w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
     contiguous = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"
+    contiguous = "1" if nhwc else contiguous
     w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
     w("  const dim3 grid((unsigned)ptiles, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));")
     w("  const size_t smem = sizeof(float) * KF_SMEM_FLOATS;")
     w("  const cudaFuncAttribute most = cudaFuncAttributeMaxDynamicSharedMemorySize;")
     w("  if (smem > 48 * 1024 && cudaFuncSetAttribute(kf_conv, most, (int)smem) != cudaSuccess)")
     w("    return KF_ERR_LAUNCH;")
-    w("  /* K = 0 (no input channels): no slice, zeros plus the tail */")
-    w("  kf_conv<<<grid, 256, smem, st>>>((int)M, (int)P, (int)K, Wt, X, B, O, vec_out, a_vec, geo);")
-    w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")
-    w("  return KF_OK;")
+    if nhwc:
+        w("  /* the input in NHWC and the filters as (CO, taps, KF_CIG), in stream-ordered scratch */")
+        w("  const int64_t S = ID * IH * IW;")
+        w("  if ((S + 31) / 32 > limit) return KF_ERR_UNSUPPORTED;")
+        w("  float* xin = kf_alloc(sizeof(float) * (size_t)(NB * CI * S), st);")
+        w("  float* fil = kf_alloc(sizeof(float) * (size_t)(CO * K), st);")
+        w("  int rc = KF_OK;")
+        w("  if (!xin || !fil) {")
+        w("    rc = KF_ERR_LAUNCH;")
+        w("  } else {")
+        w("    const dim3 tgrid((unsigned)((S + 31) / 32), (unsigned)((CI + 31) / 32), (unsigned)NB);")
+        w("    kf_to_nhwc<<<tgrid, dim3(32, 8), 0, st>>>(X, xin, (int)CI, S);")
+        w("    const int64_t fblocks = (CO * K + 255) / 256;")
+        w("    kf_filters<<<(unsigned)(fblocks < 4096 ? fblocks : 4096), 256, 0, st>>>(Wt, fil, CO * K, M);")
+        w("    kf_conv<<<grid, 256, smem, st>>>((int)M, (int)P, (int)K, fil, xin, B, O, vec_out, a_vec,")
+        w("                                     geo);")
+        w("    if (cudaGetLastError() != cudaSuccess) rc = KF_ERR_LAUNCH;")
+        w("  }")
+        w("  if (xin) cudaFreeAsync(xin, st);")
+        w("  if (fil) cudaFreeAsync(fil, st);")
+        w("  return rc;")
+    else:
+        w("  /* K = 0 (no input channels): no slice, zeros plus the tail */")
+        w("  kf_conv<<<grid, 256, smem, st>>>((int)M, (int)P, (int)K, Wt, X, B, O, vec_out, a_vec, geo);")
+        w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")
+        w("  return KF_OK;")
     w("}")
     w("")
     return "\n".join(lines)
