@@ -97,3 +97,30 @@ def test_whatever_passes_by_proxy_passes_the_high_precision_comparison() -> None
                     violations.append(seed)
     assert not violations
     assert decided >= 100  # 150 of the 600: the rest past the bound, too small, or the proxy too coarse
+
+
+def test_float32_outputs_are_compared_in_float32_without_touching_the_proxy() -> None:
+    proxy = (values() * 3.0).to(torch.float32)
+    kept = proxy.clone()
+    out = proxy + 1e-5
+    assert comparison.passes_by_proxy(out, proxy, TOL, 0.0)
+    assert torch.equal(proxy, kept)  # the kept proxy (a later stale-output check reads it) is intact
+
+
+def test_float32_rounding_at_the_bound_never_passes_what_the_exact_comparison_fails() -> None:
+    """Outputs one float32 step either side of atol + rtol |proxy| (the proxy exact, its error 0): every
+    pass by proxy, computed in float32, passes `compare` in float64."""
+    gen = torch.Generator().manual_seed(7)
+    proxy = torch.randn(400, generator=gen, dtype=torch.float64).mul_(10.0).to(torch.float32)
+    passed = 0
+    for p in proxy.tolist():
+        edge = torch.tensor([p + TOL.atol + TOL.rtol * abs(p)], dtype=torch.float64).to(torch.float32)
+        for step in (-1, 0, 1):
+            out = edge.clone()
+            for _ in range(abs(step)):
+                out = torch.nextafter(out, torch.tensor([math.copysign(math.inf, step)]))
+            want = torch.tensor([p], dtype=torch.float32)
+            if comparison.passes_by_proxy(out, want, TOL, 0.0):
+                passed += 1
+                assert comparison.compare(out, want.double(), TOL).ok, (p, float(out))
+    assert passed >= 300  # the steps inside the bound are decided

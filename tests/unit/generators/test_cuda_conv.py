@@ -194,3 +194,11 @@ def test_a_transposed_conv_through_channels_last_reads_its_filters_by_input_chan
     assert "f[e] = w[((g * KF_CIG + ci) * M + m) * KF_TAPS + t];" in code  # (CI, CO / G, taps)
     assert "d % KF_SD == 0" in code
     assert "#define KF_A_SRC(gm, gk) (X + (int64_t)(gm) * K + (gk))" in code
+
+
+def test_a_pointwise_conv_keeps_the_nchw_gather_first() -> None:
+    # a 1x1 conv of stride 1 reads each k row's pixels contiguously in NCHW; the NHWC copy would only
+    # add the input's bytes twice to a memory-bound conv: its channels-last seeds come after
+    found = seeds(conv_task("nn.Conv2d(8, 16, 1)", "2, 8, 13, 11"))
+    order = [(v.tf32, v.channels_last) for c in found[:4] if (v := parse_variant(c.source.code)) and v.gemm]
+    assert order == [(True, False), (False, False), (True, True), (False, True)]

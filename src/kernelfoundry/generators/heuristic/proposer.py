@@ -171,13 +171,16 @@ def cuda_seeds(
         family = [(tf32, tf32_why + tail), (exact, exact_why + tail)]
         if channels_last_operands_apply(graph, conv):
             # 16-byte operand copies from an NHWC copy of the input lead, at each precision (where
-            # cuDNN runs the conv in float32, eager's error 1e-6, only 3xTF32 passes: it comes second)
+            # cuDNN runs the conv in float32, eager's error 1e-6, only 3xTF32 passes: it comes second);
+            # not for a 1x1 conv of stride 1: its NCHW gather reads each k row's pixels contiguously
+            # already, and the copy would add the input's bytes twice to a memory-bound conv
             nhwc = ", the input read in channels-last"
-            family = [
+            channels_last = [
                 (tf32.with_(channels_last=True), tf32_why + nhwc + tail),
                 (exact.with_(channels_last=True), exact_why + nhwc + tail),
-                *family,
             ]
+            pointwise = conv.kernel == (1, 1, 1) and conv.stride == (1, 1, 1) and not conv.transposed
+            family = [*family, *channels_last] if pointwise else [*channels_last, *family]
         # a bare conv leads with the family: the alternative is the direct op kernel, one thread an
         # output; a conv with a tail keeps cuDNN's conv and the fused tail first
         seeds = [*family, *seeds] if conv.step is None else [*seeds, *family]
