@@ -388,8 +388,9 @@ def first_candidate(name: str, case: tuple[str, ...]) -> Any:
         init, args, body, inputs = case[:4]
         source = TEMPLATE.format(init=init, args=args, body=body, inputs=inputs)
     task = Task(name, source, (ShapeVariant("s"),))
-    result = HeuristicGenerator().generate_sync(GenerationRequest("op", task, "cuda", count=4))
-    # the op-kernel unit: a bare conv's first seeds are the implicit-GEMM conv family's (cuda_conv.py)
+    result = HeuristicGenerator().generate_sync(GenerationRequest("op", task, "cuda", count=8))
+    # the op-kernel unit: a bare conv's first seeds (up to four) are the implicit-GEMM conv family's
+    # (cuda_conv.py)
     ops = [c for c in result.candidates if not ((v := parse_variant(c.source.code)) is not None and v.gemm)]
     assert ops, result.message
     return task, ops[0].source
