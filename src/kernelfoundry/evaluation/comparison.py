@@ -191,11 +191,11 @@ def passes_by_proxy(out: Any, proxy: Any, tolerance: Tolerance, proxy_error: flo
     slack = tolerance.atol - margin * (1.0 + tolerance.rtol)
     narrow = out.dtype == torch.float32 and proxy.dtype == torch.float32
     guard = PROXY_ROUNDING_GUARD if narrow else 0.0
+    work = torch.float32 if narrow else torch.float64
     if slack <= 0.0:
         return False
     worst, output_scale = 0.0, 0.0
     for _, part, part_proxy in _slices(out, proxy):
-        work = torch.float32 if narrow else torch.float64
         got = part.to(work)
         want = part_proxy.to(device=got.device, dtype=work)
         diff = torch.sub(got, want).abs_()

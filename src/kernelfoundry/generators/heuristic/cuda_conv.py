@@ -80,12 +80,27 @@ def _geometry_defines(plan: ConvPlan) -> list[str]:
     return lines
 
 
-def _first_position(plan: ConvPlan) -> str:
-    """An output pixel's first input position per axis: a forward conv reads input d0 + kd * DD for
-    output d; a transposed one reads (d + PD - kd * DD) / SD where that divides."""
+def _pixel_positions(plan: ConvPlan, count: str, pixel: str) -> str:
+    """The thread's `count` output pixels (pixel u at `pixel`): whether each is in range and its first
+    input position per axis (qd, qh, qw). A forward conv reads input d0 + kd * DD for output d; a
+    transposed one reads (d + PD - kd * DD) / SD where that divides."""
     if not plan.transposed:
-        return "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
-    return "pd + KF_PD, ph + KF_PH, pw + KF_PW"
+        first = "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
+    else:
+        first = "pd + KF_PD, ph + KF_PH, pw + KF_PW"
+    return f"""  int qd[{count}], qh[{count}], qw[{count}];
+  bool qin[{count}];
+  #pragma unroll
+  for (int u = 0; u < {count}; ++u) {{
+    const int px = {pixel};
+    qin[u] = px < N;
+    const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
+    const int first[3] = {{{first}}};
+    qd[u] = first[0];
+    qh[u] = first[1];
+    qw[u] = first[2];
+  }}
+"""
 
 
 def _tap_position(plan: ConvPlan) -> tuple[str, str, str]:
@@ -109,9 +124,7 @@ def _prologue(plan: ConvPlan) -> str:
     """The block's image and group and their planes, and the four output pixels this thread gathers B
     for (n0 + lane + 32 u: a warp's loads of one k row are 32 neighbouring pixels): their first input
     position."""
-    first = _first_position(plan)
-    return (
-        r"""
+    return r"""
   static_assert(BN == 128, "the gather: 32 threads a k row, 4 pixels a thread");
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
@@ -122,22 +135,7 @@ def _prologue(plan: ConvPlan) -> str:
   const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
   /* this thread's four B columns (output pixels n0 + lane + 32 u) and the k rows it loads (k4 + 8 j) */
   const int k4 = tid >> 5;
-  int qd[4], qh[4], qw[4];
-  bool qin[4];
-  #pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const int px = n0 + lane + 32 * u;
-    qin[u] = px < N;
-    const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
-    const int first[3] = {"""
-        + first
-        + r"""};
-    qd[u] = first[0];
-    qh[u] = first[1];
-    qw[u] = first[2];
-  }
-"""
-    )
+""" + _pixel_positions(plan, "4", "n0 + lane + 32 * u")
 
 
 _LOAD_A = r"""  auto load_a = [&](int st, int k0) {
@@ -195,9 +193,7 @@ def _nhwc_prologue(plan: ConvPlan) -> str:
     X the group's filters as (M, taps x KF_CIG). A pixel's k slice is BK / 4 runs of 16 bytes; thread
     tid copies run tid % (BK / 4) of the pixels tid / (BK / 4) + (256 / (BK / 4)) u, whose first input
     positions it decodes once."""
-    first = _first_position(plan)
-    return (
-        r"""
+    return r"""
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t pixels_in = (int64_t)geo.ID * geo.IH * geo.IW;
   W += image * pixels_in * geo.CI + group * KF_CIG;  /* the image's pixels, the group's first channel */
@@ -208,22 +204,7 @@ def _nhwc_prologue(plan: ConvPlan) -> str:
   constexpr int KF_PIXEL_STEP = 256 / KF_RUNS;  /* pixels one pass of the block's threads copies */
   constexpr int KF_PASSES = BN / KF_PIXEL_STEP;
   const int run = (tid % KF_RUNS) * 4, prow = tid / KF_RUNS;
-  int qd[KF_PASSES], qh[KF_PASSES], qw[KF_PASSES];
-  bool qin[KF_PASSES];
-  #pragma unroll
-  for (int u = 0; u < KF_PASSES; ++u) {
-    const int px = n0 + prow + KF_PIXEL_STEP * u;
-    qin[u] = px < N;
-    const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
-    const int first[3] = {"""
-        + first
-        + r"""};
-    qd[u] = first[0];
-    qh[u] = first[1];
-    qw[u] = first[2];
-  }
-"""
-    )
+""" + _pixel_positions(plan, "KF_PASSES", "n0 + prow + KF_PIXEL_STEP * u")
 
 
 def _nhwc_loads(plan: ConvPlan) -> str:
@@ -576,8 +557,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w("    return KF_ERR_LAUNCH;")
     if nhwc:
         w("  /* the input in NHWC and the filters as (CO, taps, KF_CIG), in stream-ordered scratch */")
-        w("  const int64_t S = ID * IH * IW;")
-        w("  if ((S + 31) / 32 > limit) return KF_ERR_UNSUPPORTED;")
+        w("  const int64_t S = ID * IH * IW;  /* at most 2^31 - 1: checked above */")
         w("  float* xin = kf_alloc(sizeof(float) * (size_t)(NB * CI * S), st);")
         w("  float* fil = kf_alloc(sizeof(float) * (size_t)(CO * K), st);")
         w("  int rc = KF_OK;")
