@@ -139,6 +139,7 @@ class ShapeState:
     module: Any  # the task's reference module (get_inputs() draws the timed calls' fresh values)
     sets: list[InputSet] = field(default_factory=list)
     trial_sets: int = 0
+    timing_start: int = 0  # the first of the timing sets (0 where the trials share it: set_plan.py)
     expected: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # outputs: dtype, shape
     outputs: list[Any] = field(default_factory=list)  # judge views of the output arena
     lent_outputs: list[Any] = field(default_factory=list)  # judge views of lent device memory (or none)
@@ -355,7 +356,8 @@ class Evaluation:
             self.notes.append(f"{shape.name}: {plan.note}")
         seeds = [first_seed] + [random_seed() for _ in range(plan.trial_sets - 1)]
         state.trial_sets = len(seeds)
-        timing_seeds = [random_seed() for _ in range(plan.timing_sets)]
+        state.timing_start = 0 if plan.shared else len(seeds)
+        timing_seeds = [random_seed() for _ in range(plan.held - len(seeds))]
         state.drawn = self.staged and self._draws_reproducibly(state, instance.inputs, first_seed)
         if self.staged and not state.drawn:
             self.notes.append(
@@ -759,7 +761,7 @@ class Evaluation:
                 f"{state.shape.name}: proxy reference's error against float64 in the trials {error:.3g} "
                 f"(proxy checks decide with a margin of {comparison.PROXY_ERROR_MARGIN * error:.3g})"
             )
-        first = state.trial_sets
+        first = state.timing_start
         k = len(state.sets) - first
         self.counters["input_sets"] += k
         with self._phase("timed_runs"):
@@ -796,7 +798,7 @@ class Evaluation:
         reports = []
         with self._phase("screen"):
             for state in states:
-                k = len(state.sets) - state.trial_sets
+                k = len(state.sets) - state.timing_start
                 plan = verification.plan_calls(screening.SCREEN_WARMUP + screening.SCREEN_CALLS, k)
                 claims, _ = self._timed_calls(state, plan, screening.SCREEN_WARMUP)
                 self.counters["screen_runs"] += screening.SCREEN_CALLS
@@ -829,7 +831,7 @@ class Evaluation:
         self, state: ShapeState, plan: list[verification.PlannedCall], warmup: int
     ) -> tuple[list[int], list[int]]:
         """The scheduled calls: claimed times and the judge's round trips of the calls after warm-up."""
-        first = state.trial_sets
+        first = state.timing_start
         claims: list[int] = []
         walls: list[int] = []
         for n, planned in enumerate(plan):
@@ -855,7 +857,7 @@ class Evaluation:
         return claims, walls
 
     def _cross_check(self, state: ShapeState, claims: list[int], walls: list[int]) -> verification.CrossCheck:
-        first = state.trial_sets
+        first = state.timing_start
         k = len(state.sets) - first
         calls = verification.batch_calls(statistics.median(claims), statistics.median(walls))
         order = [first + (i % k) for i in range(calls)]
@@ -956,7 +958,7 @@ class Evaluation:
 
         torch = self.torch
         timer = self.device.baseline_timer()
-        sets = [self._values(state, s) for s in state.sets[state.trial_sets :]]
+        sets = [self._values(state, s) for s in state.sets[state.timing_start :]]
         k = len(sets)
         compile_ms: float | None = None
         note = ""

@@ -6,9 +6,11 @@ values on the judge's side, a float64 reference once it is checked, and, where m
 runner's own copy on the same device: the eight sets of such a task took an H200's 140 GB and every
 evaluation beside them ran out of memory. Where the sets do not fit, fewer are held and the rest are
 reached by refreshing a held set in place with a new seed before its next use: the values are as fresh
-as a new set's, only the pointer is the same (which the timed calls' refreshes already allow). Such a
-plan is also lean: the answer for a set's old values is not kept after a refresh, so a unit that replays
-it reads timed_run_wrong rather than cached_result (caught all the same).
+as a new set's, only the pointer is the same (which the timed calls' refreshes already allow). Where not
+even a trial set and two timing sets fit, the trials run on the first timing set (two sets held: a 17 GB
+average-pooling input held three times over on each side, beside its 34 GB float64 copy, took more than
+an H200 has). Such a plan is also lean: the answer for a set's old values is not kept after a refresh,
+so a unit that replays it reads timed_run_wrong rather than cached_result (caught all the same).
 
 Pure arithmetic; engine.py measures the figures. `KF_EVALUATION_SETS_MEMORY_BYTES` (the judge's
 environment) fixes the budget instead, e.g. for several executors sharing one GPU.
@@ -31,6 +33,12 @@ class SetPlan:
     trial_sets: int  # held for the trials; trial k uses set k % trial_sets, refreshed after its first use
     timing_sets: int  # held for the timed calls (each timed call may refresh its set anyway)
     note: str = ""  # why fewer sets than asked are held ("" when all are)
+    shared: bool = False  # the trials run on the first timing set (one trial set, not held apart)
+
+    @property
+    def held(self) -> int:
+        """The sets held at once."""
+        return self.timing_sets + (0 if self.shared else self.trial_sets)
 
     @property
     def lean(self) -> bool:
@@ -89,12 +97,20 @@ def plan_sets(
     fits = int(budget_bytes) // per_set
     if fits >= trials + timing:
         return SetPlan(trials, timing)
-    timing_held = max(MIN_TIMING_SETS, min(timing, fits // 2))
-    trial_held = max(1, min(trials, fits - timing_held))
-    note = (
+    cost = (
         f"one input set costs {per_set / 1e9:.2f} GB here ({copies} cop{'y' if copies == 1 else 'ies'} of "
         f"{set_bytes / 1e9:.2f} GB of inputs, a {reference_bytes / 1e9:.2f} GB reference) and the sets "
-        f"may take {budget_bytes / 1e9:.1f} GB: {trial_held} trial and {timing_held} timing set(s) held "
-        f"instead of {trials} and {timing}, the others reached by refreshing a held set with a new seed"
+        f"may take {budget_bytes / 1e9:.1f} GB"
     )
+    others = "the others reached by refreshing a held set with a new seed"
+    if fits < 1 + MIN_TIMING_SETS:
+        note = (
+            f"{cost}: {MIN_TIMING_SETS} set(s) held instead of {trials} trial and {timing} timing sets, the "
+            f"trials on the first timing set, {others}"
+        )
+        return SetPlan(1, MIN_TIMING_SETS, note, shared=True)
+    timing_held = max(MIN_TIMING_SETS, min(timing, fits // 2))
+    trial_held = max(1, min(trials, fits - timing_held))
+    held = f"{trial_held} trial and {timing_held} timing set(s) held instead of {trials} and {timing}"
+    note = f"{cost}: {held}, {others}"
     return SetPlan(trial_held, timing_held, note)

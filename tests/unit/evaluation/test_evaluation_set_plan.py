@@ -18,18 +18,36 @@ GB = 10**9
 
 def test_every_set_is_held_where_they_fit_or_the_memory_is_unknown() -> None:
     for plan in (plan_sets(5, 3, GB, 2 * GB, 100 * GB, copies=2), plan_sets(5, 3, GB, GB, None, copies=2)):
-        assert (plan.trial_sets, plan.timing_sets, plan.note) == (5, 3, "")
+        assert (plan.trial_sets, plan.timing_sets, plan.note, plan.shared, plan.held) == (5, 3, "", False, 8)
 
 
-def test_a_kernelbench_sized_set_on_an_h200_keeps_one_trial_and_two_timing_sets() -> None:
+def test_a_kernelbench_sized_set_on_an_h200_holds_two_sets_the_trials_on_the_first_timing_set() -> None:
     """LeakyReLU at KernelBench's size: 6.4 GB of input, a 12.9 GB float64 reference, staged (the
-    runner's copy too): 25.8 GB a set; 40% of 135 GB free holds two, and the least is three."""
+    runner's copy too): 25.8 GB a set; 40% of 135 GB free holds two, fewer than a trial set and two
+    timing sets, so the trials share the first timing set."""
     budget = sets_budget(135 * GB, None)
     assert budget == int(135 * GB * SETS_MEMORY_SHARE)
     plan = plan_sets(5, 3, int(6.44 * GB), int(12.9 * GB), budget, copies=2)
-    assert (plan.trial_sets, plan.timing_sets) == (1, MIN_TIMING_SETS)
-    assert "1 trial and 2 timing set(s) held instead of 5 and 3" in plan.note
+    assert (plan.trial_sets, plan.timing_sets, plan.shared, plan.held) == (1, MIN_TIMING_SETS, True, 2)
+    assert "2 set(s) held instead of 5 trial and 3 timing sets, the trials on the first timing" in plan.note
     assert "2 copies of 6.44 GB of inputs" in plan.note
+
+
+def test_average_pooling_2d_at_kernelbench_s_size_fits_an_h200_with_two_sets() -> None:
+    """45_Average_Pooling_2D: a 17.2 GB input, staged, beside its 34 GB float64 copy. A trial set and two
+    timing sets, each held by the judge and the runner, took 103 GB and the judge ran out of memory;
+    two sets are 69 GB, and with the float64 copy they fit the 141 GB of an H200."""
+    set_bytes, reference = int(17.18 * GB), int(0.28 * GB)
+    budget = sets_budget(122 * GB, None, working_memory(int(0.3 * GB), 2 * set_bytes))
+    plan = plan_sets(5, 3, set_bytes, reference, budget, copies=2)
+    assert plan.shared and plan.held == 2
+    assert plan.held * (2 * set_bytes + reference) + 2 * set_bytes < 141 * GB
+
+
+def test_a_trial_set_and_two_timing_sets_are_held_apart_where_three_sets_fit() -> None:
+    plan = plan_sets(5, 3, GB, 0, 3 * GB, copies=1)
+    assert (plan.trial_sets, plan.timing_sets, plan.shared, plan.held) == (1, MIN_TIMING_SETS, False, 3)
+    assert "1 trial and 2 timing set(s) held instead of 5 and 3" in plan.note
 
 
 def test_the_sets_that_fit_are_split_between_trials_and_timing() -> None:
@@ -40,9 +58,9 @@ def test_the_sets_that_fit_are_split_between_trials_and_timing() -> None:
     assert (tight.trial_sets, tight.timing_sets) == (2, 2)
 
 
-def test_one_trial_set_and_two_timing_sets_are_held_however_little_memory_there_is() -> None:
+def test_two_sets_are_held_however_little_memory_there_is() -> None:
     plan = plan_sets(5, 3, 10 * GB, 10 * GB, 1, copies=2)
-    assert (plan.trial_sets, plan.timing_sets) == (1, MIN_TIMING_SETS)
+    assert (plan.trial_sets, plan.timing_sets, plan.shared, plan.held) == (1, MIN_TIMING_SETS, True, 2)
 
 
 def test_a_configured_budget_replaces_the_share_of_free_memory() -> None:
