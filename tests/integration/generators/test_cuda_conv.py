@@ -2,7 +2,8 @@
 value (pipelines of 2 to 4 stages), and on a GPU matches the reference on awkward geometry: Conv1d /
 Conv2d / Conv3d and their transposes with stride, padding, dilation and groups, channel counts that fill
 no tile, pixel counts that are no multiple of the tile or of 4, a bias or none, and a per-channel tail
-(inference BatchNorm, ReLU); where a group's channels run in fours, through the NHWC copy of the input
+(inference BatchNorm, ReLU), a conv after a depthwise conv (the depthwise op kernel first, into
+scratch); where a group's channels run in fours, through the NHWC copy of the input
 as well as in NCHW. 3xTF32 is judged at KernelBench's float32 tolerance; the one-TF32-product
 variant at TF32's (1e-2): whether cuDNN runs a small reference conv in TF32, which sets eager's own error
 and the judge's floor, is cuDNN's choice."""
@@ -65,8 +66,28 @@ CONVS = {  # name: (module, forward expression, input shape)
         "torch.relu(self.conv(x))",
         "1, 8, 3, 4, 5",
     ),
+    # a conv after a depthwise conv (cuda_conv_chain.py): strided, and a dilated 1-D one with a tail
+    "chain_2d": (
+        "nn.Sequential(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), nn.Conv2d(8, 20, 1))",
+        "self.conv(x)",
+        "2, 8, 17, 19",
+    ),
+    "chain_1d_tail": (
+        "nn.Sequential(nn.Conv1d(6, 12, 5, dilation=2, groups=6, bias=False),"
+        " nn.Conv1d(12, 7, 3, padding=1))",
+        "torch.relu(self.conv(x))",
+        "2, 6, 101",
+    ),
 }
-CHANNELS_LAST = {"1d_dilated", "pointwise_tail", "2d_grouped_vec", "t2d_strided", "2d_runs", "t3d_runs"}
+CHANNELS_LAST = {
+    "1d_dilated",
+    "pointwise_tail",
+    "2d_grouped_vec",
+    "t2d_strided",
+    "2d_runs",
+    "t3d_runs",
+    "chain_2d",
+}
 TF32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
 COMBOS = [  # every value of every tunable, each pair of BM and BK, the deepest and shallowest pipelines
     {"BM": bm, "BK": bk, "KF_STAGES": stages, "KF_MIN_BLOCKS": b}

@@ -23,6 +23,11 @@ from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
 from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_plan, cuda_conv_unit
+from kernelfoundry.generators.heuristic.cuda_conv_chain import (
+    conv_chain,
+    conv_chain_unit,
+    conv_family_applies,
+)
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_plan, cuda_gemm_unit
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
@@ -55,7 +60,7 @@ def descriptors_for(
         assert plan is not None
         rows = plan.step is not None and plan.step.kind != "pointwise" and variant.vectorize
         return Descriptors(memory=3, algorithm=algorithm, parallelism=2 if rows else 0)
-    if backend == "cuda" and variant.gemm and cuda_conv_plan(graph) is not None:
+    if backend == "cuda" and variant.gemm and conv_family_applies(graph):
         # the tensor-core GEMM's tiles (memory 3) and warp-wide MMAs (parallelism 2)
         return Descriptors(memory=3, algorithm=algorithm, parallelism=2)
     if backend == "cuda" and variant.gemm and cuda_gemm_plan(graph) is not None:
@@ -112,8 +117,13 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
     cplan = conv_plan(graph) if backend == "cpu" and variant.gemm else None
     gplan = cuda_gemm_plan(graph) if backend == "cuda" and variant.gemm else None
     vplan = cuda_conv_plan(graph) if backend == "cuda" and variant.gemm else None
-    if vplan is not None:
-        code = cuda_conv_unit(graph, vplan, variant, header)
+    chain = conv_chain(graph) if backend == "cuda" and variant.gemm and vplan is None else None
+    if vplan is not None or chain is not None:
+        code = (
+            cuda_conv_unit(graph, vplan, variant, header)
+            if vplan is not None
+            else conv_chain_unit(graph, chain, variant, header)  # type: ignore[arg-type]
+        )
         return KernelSource(
             language="cuda", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
         )

@@ -33,11 +33,8 @@ from kernelfoundry.generators.base import (
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies, conv_plan
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
-from kernelfoundry.generators.heuristic.cuda_conv import (
-    channels_last_operands_apply,
-    cuda_conv_applies,
-    cuda_conv_plan,
-)
+from kernelfoundry.generators.heuristic.cuda_conv import channels_last_operands_apply
+from kernelfoundry.generators.heuristic.cuda_conv_chain import conv_family_applies, cuda_conv_target
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
@@ -162,14 +159,17 @@ def cuda_seeds(
         # thread per output row
         bare = gemm.matmul and gemm.step is None
         seeds = [*family, *seeds] if bare else [*seeds, *family]
-    conv = cuda_conv_plan(graph)
-    if conv is not None:
+    target = cuda_conv_target(graph)  # one conv, or a conv after a depthwise conv (cuda_conv_chain.py)
+    if target is not None:
+        conv_graph, conv = target
         tail = ", tail fused into its stores" if conv.step is not None else ""
+        if conv_graph is not graph:
+            tail = ", reading the depthwise conv's output (its shared-memory kernel, run first)" + tail
         tf32, exact = Variant(gemm=True, tensor_cores=True, tf32=True), Variant(gemm=True, tensor_cores=True)
         tf32_why = "conv as an implicit GEMM on tensor cores at TF32, cuDNN's own precision"
         exact_why = "conv as an implicit GEMM on tensor cores, 3xTF32 at float32 accuracy"
         family = [(tf32, tf32_why + tail), (exact, exact_why + tail)]
-        if channels_last_operands_apply(graph, conv):
+        if channels_last_operands_apply(conv_graph, conv):
             # 16-byte operand copies from an NHWC copy of the input lead, at each precision (where
             # cuDNN runs the conv in float32, eager's error 1e-6, only 3xTF32 passes: it comes second);
             # not for a 1x1 conv of stride 1: its NCHW gather reads each k row's pixels contiguously
@@ -262,7 +262,7 @@ def gemm_mutation(
     if mutation == "fusion":
         on = not variant.gemm
         # the CUDA conv family runs on tensor cores only
-        tc = on and request.backend == "cuda" and cuda_conv_applies(graph)
+        tc = on and request.backend == "cuda" and conv_family_applies(graph)
         changed = variant.with_(gemm=on, tensor_cores=tc, tf32=tc)
         why = "linear fused into a tiled GEMM, tail as its epilogue" if on else "linear back in torch"
         return changed, why, HeuristicGenerator._keep_params(graph, task, changed, request)
@@ -424,7 +424,7 @@ class HeuristicGenerator:
         for _ in range(request.count):
             mutation = _pick_mutation(request, rng)
             family = (
-                cuda_gemm_applies(graph) or cuda_conv_applies(graph)
+                cuda_gemm_applies(graph) or conv_family_applies(graph)
                 if backend == "cuda"
                 else backend == "cpu" and (gemm_applies(graph) or conv_applies(graph))
             )
