@@ -23,6 +23,7 @@ from kernelbench import (
     report_text,
     sample_of,
     select,
+    submission_order,
     throughput,
     worth_submitting,
 )
@@ -67,6 +68,17 @@ def test_a_run_is_submitted_only_while_a_typical_run_can_still_end_before_the_de
     assert worth_submitting(300.0, 510.0, [120.0, 200.0, 90.0])
     assert not worth_submitting(400.0, 510.0, [120.0, 200.0, 90.0])
     assert worth_submitting(390.0, 510.0, [120.0, 200.0, 90.0])
+
+
+def test_tasks_are_submitted_cheapest_first_and_those_without_a_floor_last() -> None:
+    prepared = [
+        ("conv3d", {"floor_ms": 4.0}),
+        ("broken", {"baseline_error": "OutOfMemoryError"}),
+        ("loss", {"floor_ms": 0.2}),
+        ("conv2d", {"floor_ms": 1.5}),
+        ("unknown", {}),
+    ]
+    assert [t for t, _ in submission_order(prepared)] == ["loss", "conv2d", "conv3d", "broken", "unknown"]
 
 
 @pytest.mark.parametrize("text", ["0/4", "5/4", "2", "a/b", "1/0"])
