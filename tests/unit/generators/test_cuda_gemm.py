@@ -319,7 +319,7 @@ def test_a_tensor_core_unit_stores_its_column_pairs_as_float2() -> None:
     code = matmul_seeds("torch.matmul(A, B)")[1].source.code
     assert parse_variant(code).tensor_cores
     assert "*reinterpret_cast<float2*>(orow + c) = make_float2(v[q * 2], v[q * 2 + 1]);" in code
-    assert "const int c = n0 + wn * 32 + q * 8 + tig * 2;" in code
+    assert "const int c = n0 + wn * (8 * KF_WN) + q * 8 + tig * 2;" in code  # KF_WN 4: 32 columns
 
 
 def test_fusion_hands_a_tensor_core_parent_back_to_torch_without_the_flag() -> None:

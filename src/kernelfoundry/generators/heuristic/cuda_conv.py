@@ -11,7 +11,7 @@ multiplied, no register staging). A's slice is the filters (KF_A_SRC: a forward 
 weight is k-contiguous, copied 16 bytes at a time where K % 4 == 0; a transposed one's (CI, CO / G, taps)
 is not), B's is gathered: a thread owns four output pixels (n0 + lane + 32 u) for the whole K loop, their
 first input positions decoded once; each k row it copies is decoded into (ci, kd, kh, kw) once, by
-division by the baked tap counts, for its four pixels; a tap in the padding (or, transposed, at a
+division by the baked tap counts, for its BN / 32 pixels; a tap in the padding (or, transposed, at a
 position the stride does not divide) copies zeros. A warp's 32 copies of a k row are 32 neighbouring
 pixels, so a stride-1 conv's gather coalesces. The grid's z is (image, group).
 
@@ -29,7 +29,9 @@ Precision: torch runs float32 convolutions through cuDNN with TF32 allowed (its 
 own error, and with it the judge's tolerance floor, is TF32's. The `tf32` variant multiplies once in
 TF32 (KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. Tunables:
 BM (64 or 128 output channels a block: 64 wastes no rows where CO <= 64), BK (8, 16 or 32: the K slice a
-stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS.
+stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8 tiles a warp: 8, a 64-pixel-wide warp and BN 256, by
+default, so each fragment read from shared memory feeds twice the MMAs it did at 4; one block an SM at BM
+128, whose warps then hold 128 accumulators a thread).
 Pure string building.
 """
 
@@ -125,7 +127,7 @@ def _prologue(plan: ConvPlan) -> str:
     for (n0 + lane + 32 u: a warp's loads of one k row are 32 neighbouring pixels): their first input
     position."""
     return r"""
-  static_assert(BN == 128, "the gather: 32 threads a k row, 4 pixels a thread");
+  constexpr int KF_PX = BN / 32;  /* pixels a thread gathers: 32 threads a k row */
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
   const int plane = geo.ID * geo.IH * geo.IW;  /* one input channel (fits an int: checked) */
@@ -133,9 +135,9 @@ def _prologue(plan: ConvPlan) -> str:
   X += group * (int64_t)M * K;  /* its filters: M output channels x K */
   out += (image * KF_GROUPS + group) * (int64_t)M * N;  /* its output: M channels of P pixels */
   const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
-  /* this thread's four B columns (output pixels n0 + lane + 32 u) and the k rows it loads (k4 + 8 j) */
+  /* this thread's KF_PX B columns (output pixels n0 + lane + 32 u) and the k rows it loads (k4 + 8 j) */
   const int k4 = tid >> 5;
-""" + _pixel_positions(plan, "4", "n0 + lane + 32 * u")
+""" + _pixel_positions(plan, "KF_PX", "n0 + lane + 32 * u")
 
 
 _LOAD_A = r"""  auto load_a = [&](int st, int k0) {
@@ -163,7 +165,7 @@ _LOAD_A = r"""  auto load_a = [&](int st, int k0) {
 def _loads(plan: ConvPlan) -> str:
     """The stage fills, cp.async global -> shared (no register staging, zeros where out of range):
     `load_a(st, k0)` the filters' slice [k0, k0 + BK) of the block's rows (16-byte copies where a_vec:
-    k-contiguous rows, K % 4 == 0), `load_b(st, k0)` the im2col slice of the thread's four pixels: one
+    k-contiguous rows, K % 4 == 0), `load_b(st, k0)` the im2col slice of the thread's BN / 32 pixels: one
     (ci, tap) decode a k row, four 4-byte copies (zeros in the padding and, transposed, where the
     position does not divide by the stride)."""
     at, ok, index = _tap_position(plan)
@@ -177,7 +179,7 @@ def _loads(plan: ConvPlan) -> str:
       const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;
       const float* __restrict__ src = W + (int64_t)ci * plane;
       #pragma unroll
-      for (int u = 0; u < 4; ++u) {{
+      for (int u = 0; u < KF_PX; ++u) {{
         {at}
         const bool ok = gk < K && qin[u] && {ok};
         kf_cp4(&Bs[st][kk][lane + 32 * u], ok ? src + {index} : W, ok);
@@ -262,9 +264,9 @@ __device__ __forceinline__ void kf_cp16_l1(float* dst, const float* src, bool ok
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
 }
 
-/* One BM x 128 tile of a group's out = filters x im2col (then bias and the tail) per block of 256
+/* One BM x BN tile of a group's out = filters x im2col (then bias and the tail) per block of 256
    threads, warps as in the GEMM family's tensor-core kernel (warp w owns rows (w / 4) * BM / 2 + [0,
-   BM / 2) and columns (w % 4) * 32 + [0, 32)); K streams through KF_STAGES shared stages filled by
+   BM / 2) and columns (w % 4) * BN / 4 + [0, BN / 4)); K streams through KF_STAGES shared stages filled by
    cp.async, KF_STAGES - 1 slices in flight while one is multiplied. X: the filters, W: the input. */
 __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     kf_conv(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
@@ -499,14 +501,20 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     (the channels-last path where the variant asks for it and a group's channels fill 16-byte runs)."""
     nhwc = variant.channels_last and channels_last_operands_apply(graph, plan)
     bm = _block_rows(plan)
+    # warps 64 pixels wide (BN 256): a fragment read from shared memory feeds twice the MMAs; at BM 128
+    # (128 accumulators a thread) and for 3xTF32's split fragments they need the registers of one block
+    # an SM (at two, 128 registers a thread, nvcc spilled 28-68 bytes)
+    wn, blocks = 8, 2 if bm == 64 and variant.tf32 else 1
     tunables = (
         f"// @kf.tunable BM in [64, 128] default {bm}",
         "// @kf.tunable BK in [8, 16, 32] default 16",
         "// @kf.tunable KF_STAGES in [2, 3, 4] default 3",
-        "// @kf.tunable KF_MIN_BLOCKS in [1, 2] default 2",
+        f"// @kf.tunable KF_MIN_BLOCKS in [1, 2] default {blocks}",
+        f"// @kf.tunable KF_WN in [4, 8] default {wn}",
     )
     lines = [*header, variant.line(), *tunables]
-    for name, value in {"BM": bm, "BK": 16, "KF_STAGES": 3, "KF_MIN_BLOCKS": 2}.items():
+    defaults = {"BM": bm, "BK": 16, "KF_STAGES": 3, "KF_MIN_BLOCKS": blocks, "KF_WN": wn}
+    for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
     lines += [

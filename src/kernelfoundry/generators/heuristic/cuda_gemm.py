@@ -76,9 +76,9 @@ _SIMT = _Layout(
 )
 TC_LAYOUT = _Layout(
     row="m0 + wm * (BM / 2) + (i >> 1) * 16 + (i & 1) * 8 + g",
-    col="n0 + wn * 32 + (j >> 1) * 8 + tig * 2 + (j & 1)",
+    col="n0 + wn * (8 * KF_WN) + (j >> 1) * 8 + tig * 2 + (j & 1)",
     run=2,
-    run_col="n0 + wn * 32 + q * 8 + tig * 2",
+    run_col="n0 + wn * (8 * KF_WN) + q * 8 + tig * 2",
     row_lanes=(1, 2),  # the 4 threads of an MMA group share its rows
     leader="tig == 0",
 )

@@ -12,7 +12,9 @@ as the SIMT kernel in cuda_gemm.py; here 8 warps each own a 64 x 32 piece (4 m16
 accumulators a thread). The shared rows are padded to 136 floats (8 banks mod 32) so the fragment reads
 of a warp (k = thread-in-group, row = group) hit 32 distinct banks. A unit may define BM 64 (warps of
 32 x 32, for few rows: a conv's output channels) and KF_TF32_TERMS 1 (one TF32 product, the precision
-cuDNN runs float32 convs at by default: three times the MMA rate, eager's own error). Tunable: BK (8 or
+cuDNN runs float32 convs at by default: three times the MMA rate, eager's own error) and KF_WN 8 (the
+conv family: warps 64 columns wide, BN 256, so each fragment read from shared memory feeds twice the
+MMAs; the GEMM family keeps 4, 32 columns a warp). Tunable: BK (8 or
 16: the K slice per barrier; one or two k8 steps) and KF_MIN_BLOCKS (blocks an SM must hold: 2 caps a
 thread at 128 registers, a few spills; 1 lets it take ~170, one block of 8 warps an SM). Pure strings.
 """
@@ -36,9 +38,13 @@ static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
 #define KF_TF32_TERMS 3
 #endif
 static_assert(KF_TF32_TERMS == 1 || KF_TF32_TERMS == 3, "KF_TF32_TERMS must be 1 or 3");
-#define BN 128
+#ifndef KF_WN
+#define KF_WN 4
+#endif
+static_assert(KF_WN == 4 || KF_WN == 8, "KF_WN must be 4 or 8");
+#define BN (32 * KF_WN)  /* 4 warps across, KF_WN n8 tiles each */
 #define KF_TM (BM / 16)  /* accumulator rows a thread holds: BM / 32 m16 tiles x the row halves (g, g + 8) */
-#define KF_TN 8  /* accumulator columns: 4 n8 tiles x two adjacent columns (2 tig, 2 tig + 1) */
+#define KF_TN (2 * KF_WN)  /* accumulator columns: KF_WN n8 tiles x two adjacent columns (2 tig, 2 tig + 1) */
 #define KF_PAD 8  /* rows of 136 floats: a warp's fragment reads hit 32 distinct banks */
 
 /* x = big + small, both TF32 (round to nearest): big * big + big * small + small * big is x * y to
@@ -84,10 +90,10 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
 
 TC_STEP = r"""    #pragma unroll
     for (int k8 = 0; k8 < BK; k8 += 8) {
-      uint32_t bh[4][2], bl[4][2];
+      uint32_t bh[KF_WN][2], bl[KF_WN][2];
       #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int c = wn * 32 + t * 8 + g;
+      for (int t = 0; t < KF_WN; ++t) {
+        const int c = wn * (8 * KF_WN) + t * 8 + g;
         kf_split_tf32(KF_B_FRAG(k8 + tig, c), bh[t][0], bl[t][0]);
         kf_split_tf32(KF_B_FRAG(k8 + tig + 4, c), bh[t][1], bl[t][1]);
       }
@@ -100,7 +106,7 @@ TC_STEP = r"""    #pragma unroll
         kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r), ah[2], al[2]);
         kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r + 8), ah[3], al[3]);
         #pragma unroll
-        for (int t = 0; t < 4; ++t) {
+        for (int t = 0; t < KF_WN; ++t) {
           float& c0 = acc[mt * 2][t * 2];
           float& c1 = acc[mt * 2][t * 2 + 1];
           float& c2 = acc[mt * 2 + 1][t * 2];
@@ -114,7 +120,7 @@ TC_STEP = r"""    #pragma unroll
       }
     }
 """
-"""One shared tile's MMAs: BK / 8 k8 steps of the warp's (BM / 2) x 32 piece. The loop supplies
+"""One shared tile's MMAs: BK / 8 k8 steps of the warp's (BM / 2) x (8 KF_WN) piece. The loop supplies
 KF_A_FRAG(k, r) and KF_B_FRAG(k, c): the shared elements A(r, k) and B(k, c) of the slice in use."""
 
 TC_LOOP = (
