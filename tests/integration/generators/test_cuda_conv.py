@@ -92,11 +92,13 @@ TF32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
 COMBOS = [  # every value of every tunable: each BM, BK and warp width, the deepest and shallowest pipelines
     {"BM": bm, "BK": bk, "KF_WN": wn, "KF_STAGES": stages, "KF_MIN_BLOCKS": b}
     for (bm, bk, wn), (stages, b) in zip(
-        itertools.product((64, 128), (8, 16, 32), (4, 8)), itertools.cycle([(2, 1), (3, 2), (4, 1), (4, 2)])
+        itertools.product((32, 64, 128), (8, 16, 32), (4, 8)),
+        itertools.cycle([(2, 1), (3, 2), (4, 1), (4, 2)]),
     )
 ]
-GPU_COMBOS = [  # the default warp width (8 n8 tiles, BN 256) at both BM, and the narrow one (4, BN 128)
-    {"BM": 64},
+GPU_COMBOS = [  # the defaults (BM 32 or 64 for these channel counts, warps of 8 n8 tiles, BN 256), the
+    # narrow warps (4 n8 tiles, BN 128) and BM 128
+    {},
     {"BM": 128, "BK": 8, "KF_STAGES": 2, "KF_WN": 4},
     {"BM": 128, "BK": 32, "KF_STAGES": 4},
 ]
@@ -150,7 +152,7 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     ]
     source = conv_source(conv_task("2d_strided", True), True)
     assert {t.name: t.values for t in source.tunables} == {
-        "BM": (64, 128),
+        "BM": (32, 64, 128),
         "BK": (8, 16, 32),
         "KF_STAGES": (2, 3, 4),
         "KF_MIN_BLOCKS": (1, 2),

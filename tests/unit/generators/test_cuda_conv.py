@@ -65,8 +65,9 @@ def test_the_geometry_is_baked_and_the_gather_reads_zeros_in_the_padding() -> No
     # the output size follows torch's formula, and a filter larger than the padded input is refused
     assert "const int64_t OW = RW < 0 ? 0 : RW / KF_SW + 1;" in code
     assert "if (OD <= 0 || OH <= 0 || OW <= 0) return KF_ERR_BAD_ARGUMENTS;" in code
-    # channels are few: 64 rows a block by default
-    assert "// @kf.tunable BM in [64, 128] default 64" in code
+    # channels are few (8): 32 rows a block by default, warps 64 pixels wide
+    assert "// @kf.tunable BM in [32, 64, 128] default 32" in code
+    assert "// @kf.tunable KF_WN in [4, 8] default 8" in code
 
 
 def test_the_tail_reads_its_per_channel_operands_by_the_output_row() -> None:
@@ -84,7 +85,7 @@ def test_the_tail_reads_its_per_channel_operands_by_the_output_row() -> None:
         "geo.C0[cbase + rc]" in code and "geo.C3[cbase + rc]" in code
     )  # the BatchNorm statistics and affine
     assert "(int)OD, (int)OH, (int)OW, C0, C1, C2, C3};" in code  # the kernel's argument carries them
-    assert "// @kf.tunable BM in [64, 128] default 64" in code  # 64 output channels
+    assert "// @kf.tunable BM in [32, 64, 128] default 64" in code  # 64 output channels
 
 
 @pytest.mark.parametrize(

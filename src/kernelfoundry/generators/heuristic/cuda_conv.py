@@ -25,13 +25,13 @@ one tap: B is copied 16 bytes at a time (one decode and one bounds check per run
 pixel-major stages, A as a k-contiguous matrix. cuDNN's own TF32 kernels read NHWC too (it converts the
 input and the output around them); this path converts the input only, the epilogue writing NCHW rows.
 
-Precision: torch runs float32 convolutions through cuDNN with TF32 allowed (its default), so eager's
-own error, and with it the judge's tolerance floor, is TF32's. The `tf32` variant multiplies once in
-TF32 (KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. Tunables:
-BM (64 or 128 output channels a block: 64 wastes no rows where CO <= 64), BK (8, 16 or 32: the K slice a
-stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8 tiles a warp: 8, a 64-pixel-wide warp and BN 256, by
-default, so each fragment read from shared memory feeds twice the MMAs it did at 4; one block an SM at BM
-128, whose warps then hold 128 accumulators a thread).
+Precision: torch runs float32 convolutions through cuDNN with TF32 allowed (its default), so eager's own
+error, and with it the judge's tolerance floor, is TF32's. The `tf32` variant multiplies once in TF32
+(KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. Tunables: BM (32,
+64 or 128 output channels a block: the default wastes no rows where a group has at most 32 or 64), BK (8,
+16 or 32: the K slice a stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8 tiles a warp: 8, a 64-pixel-
+wide warp and BN 256, by default, so each fragment read from shared memory feeds twice the MMAs it did at
+4; one block an SM at BM 128, whose warps then hold 128 accumulators a thread).
 Pure string building.
 """
 
@@ -66,8 +66,10 @@ def channels_last_operands_apply(graph: Graph, plan: ConvPlan) -> bool:
 
 
 def _block_rows(plan: ConvPlan) -> int:
-    """BM's default: 64 output channels a block where a group has at most 64 (no wasted rows)."""
-    return 64 if int(plan.conv.shape[1]) // plan.groups <= 64 else 128
+    """BM's default: the fewest of 32, 64 and 128 output channels a block that hold a group's (no wasted
+    rows where a group has at most 32 or 64)."""
+    rows = int(plan.conv.shape[1]) // plan.groups
+    return 32 if rows <= 32 else 64 if rows <= 64 else 128
 
 
 def _geometry_defines(plan: ConvPlan) -> list[str]:
@@ -502,11 +504,11 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     nhwc = variant.channels_last and channels_last_operands_apply(graph, plan)
     bm = _block_rows(plan)
     # warps 64 pixels wide (BN 256): a fragment read from shared memory feeds twice the MMAs; at BM 128
-    # (128 accumulators a thread) and for 3xTF32's split fragments they need the registers of one block
-    # an SM (at two, 128 registers a thread, nvcc spilled 28-68 bytes)
-    wn, blocks = 8, 2 if bm == 64 and variant.tf32 else 1
+    # (128 accumulators a thread), and at BM 64 for 3xTF32's split fragments, they need the registers of
+    # one block an SM (at two, 128 registers a thread, nvcc spilled 28-68 bytes)
+    wn, blocks = 8, 2 if bm == 32 or (bm == 64 and variant.tf32) else 1
     tunables = (
-        f"// @kf.tunable BM in [64, 128] default {bm}",
+        f"// @kf.tunable BM in [32, 64, 128] default {bm}",
         "// @kf.tunable BK in [8, 16, 32] default 16",
         "// @kf.tunable KF_STAGES in [2, 3, 4] default 3",
         f"// @kf.tunable KF_MIN_BLOCKS in [1, 2] default {blocks}",

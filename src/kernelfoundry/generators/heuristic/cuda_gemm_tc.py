@@ -10,13 +10,14 @@ default) runs a SIMT SGEMM.
 Same block tile (128 x 128, 256 threads), tile loads, double-buffered k-major shared tiles and epilogue
 as the SIMT kernel in cuda_gemm.py; here 8 warps each own a 64 x 32 piece (4 m16 x 4 n8 MMA tiles, 64
 accumulators a thread). The shared rows are padded to 136 floats (8 banks mod 32) so the fragment reads
-of a warp (k = thread-in-group, row = group) hit 32 distinct banks. A unit may define BM 64 (warps of
-32 x 32, for few rows: a conv's output channels) and KF_TF32_TERMS 1 (one TF32 product, the precision
-cuDNN runs float32 convs at by default: three times the MMA rate, eager's own error) and KF_WN 8 (the
-conv family: warps 64 columns wide, BN 256, so each fragment read from shared memory feeds twice the
-MMAs; the GEMM family keeps 4, 32 columns a warp). Tunable: BK (8 or
-16: the K slice per barrier; one or two k8 steps) and KF_MIN_BLOCKS (blocks an SM must hold: 2 caps a
-thread at 128 registers, a few spills; 1 lets it take ~170, one block of 8 warps an SM). Pure strings.
+of a warp (k = thread-in-group, row = group) hit 32 distinct banks. A unit may define BM 64 (warps of 32
+x 32, for few rows: a conv's output channels; the conv family also 32, warps of 16 rows) and
+KF_TF32_TERMS 1 (one TF32 product, the precision cuDNN runs float32 convs at by default: three times the
+MMA rate, eager's own error) and KF_WN 8 (the conv family: warps 64 columns wide, BN 256, so each
+fragment read from shared memory feeds twice the MMAs; the GEMM family keeps 4, 32 columns a warp).
+Tunable: BK (8 or 16: the K slice per barrier; one or two k8 steps) and KF_MIN_BLOCKS (blocks an SM must
+hold: 2 caps a thread at 128 registers, a few spills; 1 lets it take ~170, one block of 8 warps an SM).
+Pure strings.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ TC_HELPERS = r"""static_assert(KF_MIN_BLOCKS == 1 || KF_MIN_BLOCKS == 2, "KF_MIN
 #ifndef BM
 #define BM 128
 #endif
-static_assert(BM == 64 || BM == 128, "BM must be 64 or 128");
+static_assert(BM == 32 || BM == 64 || BM == 128, "BM must be 32, 64 or 128");
 #ifndef KF_TF32_TERMS
 #define KF_TF32_TERMS 3
 #endif
