@@ -586,7 +586,9 @@ class Evaluation:
         proxy = self._proxy(state, self._values(state, input_set))
         for out, want in zip(outputs, proxy, strict=True):
             # a poisoned (NaN) element left unwritten is undecided here: the reference's check names it
-            if not comparison.passes_by_proxy(out, want, self.tolerance, history.proxy_error):
+            if not comparison.passes_by_proxy(
+                out, want, self.tolerance, history.proxy_error, history.error_floor
+            ):
                 self.counters["proxy_escalations"] += 1
                 return False
         self.counters["proxy_checks"] += 1

@@ -40,6 +40,26 @@ def test_an_output_within_the_bound_less_the_proxy_margin_passes_and_past_it_is_
     assert not comparison.passes_by_proxy(past, proxy, TOL, e)
 
 
+def test_the_scale_test_allows_twice_eager_s_own_error_as_the_reference_comparison_does() -> None:
+    """A TF32 conv: errors within atol (set from eager's own TF32 error) but above 3 x rtol x the output's
+    scale. The high-precision comparison passes it on the error floor (twice eager's error); the proxy
+    decides the same where the floor covers its margin too, and leaves it undecided without the floor."""
+    ref = values(seed=3)
+    proxy = ref.to(torch.float32)
+    e = comparison.max_abs_error(proxy, ref)
+    tol = Tolerance(atol=4e-3, rtol=1e-4)
+    scale = float(ref.abs().max())
+    delta = 0.5 * tol.atol  # above 3 x rtol x scale at this scale (about 4)
+    assert delta > comparison.SCALE_FACTOR * tol.rtol * scale
+    out = (ref + delta * torch.sign(values(seed=4))).to(torch.float32)
+    floor = 2.0 * delta
+    assert comparison.compare(out, ref, tol, floor).ok and not comparison.compare(out, ref, tol).ok
+    assert comparison.passes_by_proxy(out, proxy, tol, e, floor)
+    assert not comparison.passes_by_proxy(out, proxy, tol, e)
+    # a floor that does not cover the proxy's margin on top of the error decides nothing
+    assert not comparison.passes_by_proxy(out, proxy, tol, e, delta)
+
+
 def test_a_proxy_whose_own_error_takes_more_than_its_share_of_atol_decides_nothing() -> None:
     ref = values()
     proxy = ref.to(torch.float32)
