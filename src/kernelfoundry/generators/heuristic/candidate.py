@@ -18,6 +18,7 @@ from __future__ import annotations
 from kernelfoundry.domain.descriptors import Descriptors, classify
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.tunables import parse_tunables
+from kernelfoundry.generators.heuristic.attention import lower_attention
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
@@ -48,6 +49,8 @@ def descriptors_for(
     code against the reference's op count, so it depends on the task as much as on the strategy)."""
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
+    if variant.fuse:
+        graph = lower_attention(graph)
     algorithm = classify(source, reference_ops).descriptors.algorithm
     has_sum = any(n.op in ("sum", "mean") and n.kind == "reduction" for n in graph.nodes)
     if backend == "cpu" and variant.gemm and conv_plan(graph) is not None:
@@ -145,6 +148,8 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         graph, _ = fold_affine_tails(graph)
     if backend == "cuda":
         graph = unbias_convs(graph)
+    if fuse:
+        graph = lower_attention(graph)
     parts = partition(graph, fuse)
     if not parts:
         return _op_kernel_source(graph, backend, header)

@@ -136,6 +136,10 @@ def glue_source(
             continue
         if n.kind in KEPT_IN_TORCH and not graph.users(n.name) and n.name not in graph.outputs:
             continue  # nothing reads it (torch.min(x, d) whose values a generated amin computes)
+        if n.kind in KEPT_IN_TORCH and n.fx_node is None:  # a rewrite's node: its own call (attention.py)
+            lines.append(f"        {n.name} = {n.attrs['glue'].format(*(expr[a.name] for a in n.args))}")
+            expr[n.name] = n.name
+            continue
         if n.kind in KEPT_IN_TORCH:
             first = n.fx_node.args[0] if n.fx_node.args else None
             src = graph.aliases.get(first.name, first.name) if hasattr(first, "name") else ""

@@ -30,6 +30,7 @@ from kernelfoundry.generators.base import (
     GenerationResult,
     GenerationUsage,
 )
+from kernelfoundry.generators.heuristic.attention import lower_attention
 from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies, conv_plan
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
@@ -74,6 +75,9 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
     )
     fused = (Variant(), "fused: one pass per materialised value, vectorised, broadcast-aware")
     folded = (Variant(fold=True), "per-channel affine tail folded into the heavy op's weights, rest fused")
+    # the fused seeds generate attention as matmul, softmax, matmul (attention.py): their row-op seeds
+    # apply to its softmax; the direct translation keeps the op kernel
+    graph = lower_attention(graph)
     if backend == "cuda":
         return cuda_seeds(graph, direct, fused, folded)
     return cpu_seeds(graph, direct, fused, folded)
