@@ -73,3 +73,22 @@ class Unit:
         fn = getattr(self.lib, entry)
         fn.restype = ctypes.c_int
         return int(fn(ins, len(inputs), outs, len(outputs), None))
+
+
+class Launcher:
+    """`kf` for a glue run in a test: `kf.launch(entry, inputs, outputs)` calls the unit's entry."""
+
+    def __init__(self, unit: Unit) -> None:
+        self.unit = unit
+
+    def launch(self, entry: str, inputs: list[Any], outputs: list[Any]) -> None:
+        assert self.unit.call(entry, inputs, outputs) == 0
+
+
+def cuda_ready() -> bool:
+    """nvcc to build CUDA units and a CUDA device to run them."""
+    import shutil
+
+    import torch
+
+    return shutil.which("nvcc") is not None and torch.cuda.is_available()

@@ -17,7 +17,7 @@ from kernelfoundry.tasks.model import ShapeVariant, Task
 from kernelfoundry.tasks.reference import instantiate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from native import Unit, build_unit
+from native import Launcher, Unit, build_unit, cuda_ready
 
 TEMPLATE = """
 import torch
@@ -44,22 +44,6 @@ CASES = {
         "4, 33, 3",
     ),
 }
-
-
-class Launcher:
-    def __init__(self, unit: Unit) -> None:
-        self.unit = unit
-
-    def launch(self, entry: str, inputs: list[Any], outputs: list[Any]) -> None:
-        assert self.unit.call(entry, inputs, outputs) == 0
-
-
-def cuda_ready() -> bool:
-    import shutil
-
-    import torch
-
-    return shutil.which("nvcc") is not None and torch.cuda.is_available()
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

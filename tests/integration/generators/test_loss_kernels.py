@@ -16,7 +16,7 @@ from kernelfoundry.tasks.model import ShapeVariant, Task
 from kernelfoundry.tasks.reference import instantiate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from native import Unit, build_unit
+from native import Launcher, Unit, build_unit
 
 TEMPLATE = """
 import torch
@@ -62,14 +62,6 @@ CASES = {
         "torch.randn(40, 77), torch.randn(40, 77)",
     ),
 }
-
-
-class Launcher:
-    def __init__(self, unit: Unit) -> None:
-        self.unit = unit
-
-    def launch(self, entry: str, inputs: list[Any], outputs: list[Any]) -> None:
-        assert self.unit.call(entry, inputs, outputs) == 0
 
 
 def test_kl_div_becomes_pointwise_ops_and_a_mean_with_no_torch_left() -> None:
