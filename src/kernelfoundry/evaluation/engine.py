@@ -44,6 +44,7 @@ from kernelfoundry.evaluation.runner_client import RunnerProcess
 from kernelfoundry.evaluation.set_plan import plan_sets, sets_budget, working_memory
 from kernelfoundry.evaluation.settings import EvaluationRequest
 from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec, dtype_name, layout
+from kernelfoundry.evaluation.trial_cache import TrialCache, fingerprint, task_key
 from kernelfoundry.stack.quiet_host import QuietHost
 from kernelfoundry.tasks.model import ShapeVariant, TaskError, Tolerance
 from kernelfoundry.tasks.reference import draw_inputs, instantiate
@@ -146,6 +147,7 @@ class ShapeState:
     arenas: list[Arena] = field(default_factory=list)
     drawn: bool = False  # the runner draws the input sets from seeds (InputSet)
     lean: bool = False  # memory is short (set_plan.py): references are not kept past their use
+    trial_key: str = ""  # the task's entry in the judge's trial cache ("": not kept, trial_cache.py)
     traffic: roofline.Traffic | None = None  # bytes and FLOPs of one forward (roofline.py)
 
 
@@ -157,9 +159,11 @@ class Evaluation:
         request: EvaluationRequest,
         runner_factory: Callable[[], RunnerProcess],
         before_timing: Callable[[], None] | None = None,
+        trial_cache: TrialCache | None = None,
     ) -> None:
         """`before_timing`: called once the trials have passed, before anything is timed (the judge's
-        runner pool waits there for the next candidate's runner to finish starting)."""
+        runner pool waits there for the next candidate's runner to finish starting). `trial_cache`: the
+        judge's trial seeds and kept references across candidates (trial_cache.py)."""
         import torch
 
         self.torch = torch
@@ -171,6 +175,7 @@ class Evaluation:
         self.device = self.backend.judge_device(request.device, self.settings.flush_cache)
         self.runner_factory = runner_factory
         self.before_timing = before_timing
+        self.trial_cache = trial_cache
         self.runner: RunnerProcess | None = None
         self.states: list[ShapeState] = []
         self.arenas: list[Arena] = []  # every memfd of this evaluation, closed at the end
@@ -197,6 +202,7 @@ class Evaluation:
             "proxy_checks": 0,  # checked timed calls the proxy reference decided (comparison.py)
             "proxy_escalations": 0,  # ... it could not: the high-precision reference did
             "device_fetches": 0,  # staged outputs read through lent device memory, not the host
+            "kept_references": 0,  # trial references the judge had kept from an earlier candidate
         }
         self.screened = False
         self.phases: dict[str, float] = {}  # seconds of this evaluation per step (report.phases_ms)
@@ -327,7 +333,11 @@ class Evaluation:
 
     def _shape_state(self, index: int, shape: ShapeVariant, seeds_per_shape: int) -> ShapeState:
         torch = self.torch
-        first_seed = random_seed()
+        key = ""
+        if self.trial_cache is not None:
+            key = task_key(self.task.reference_source, shape.name, shape.overrides, self.request.device)
+        kept_seeds = self.trial_cache.seeds(key) if self.trial_cache is not None else None
+        first_seed = kept_seeds[0] if kept_seeds else random_seed()
         instance = self._instantiate(shape, first_seed)
         reference_model = copy.deepcopy(instance.model).to(torch.float64)
         state = ShapeState(
@@ -355,6 +365,17 @@ class Evaluation:
         if plan.note:
             self.notes.append(f"{shape.name}: {plan.note}")
         seeds = [first_seed] + [random_seed() for _ in range(plan.trial_sets - 1)]
+        if self.trial_cache is not None and not plan.lean and plan.trial_sets == seeds_per_shape:
+            parameters = fingerprint(list(instance.model.parameters()) + list(instance.model.buffers()))
+            if (
+                kept_seeds
+                and len(kept_seeds) == len(seeds)
+                and self.trial_cache.parameters_match(key, parameters)
+            ):
+                seeds = kept_seeds
+            else:  # a new task, or its model drew other weights from the same seed: start again
+                self.trial_cache.start(key, seeds, parameters)
+            state.trial_key = key
         state.trial_sets = len(seeds)
         state.timing_start = 0 if plan.shared else len(seeds)
         timing_seeds = [random_seed() for _ in range(plan.held - len(seeds))]
@@ -598,7 +619,17 @@ class Evaluation:
 
     def _reference_for(self, state: ShapeState, input_set: InputSet) -> list[Any]:
         if input_set.reference is None:
-            input_set.reference = self._high_precision(state, self._values(state, input_set))
+            values = self._values(state, input_set)
+            kept = self.trial_cache if state.trial_key else None
+            prints = fingerprint(values) if kept is not None else ()
+            reference = kept.reference(state.trial_key, input_set.seed, prints) if kept is not None else None
+            if reference is not None:
+                self.counters["kept_references"] += 1
+                input_set.reference = [r.to(self.request.device, copy=True) for r in reference]
+            else:
+                input_set.reference = self._high_precision(state, values)
+                if kept is not None:
+                    kept.keep(state.trial_key, input_set.seed, prints, input_set.reference)
         return input_set.reference
 
     # ---- calls -------------------------------------------------------------------------------------
@@ -1148,12 +1179,13 @@ def run_evaluation(
     request: EvaluationRequest,
     runner_factory: Callable[[], RunnerProcess],
     before_timing: Callable[[], None] | None = None,
+    trial_cache: TrialCache | None = None,
 ) -> tuple[EvaluationReport, bool]:
     """Judge one request; returns (report, whether this judge's own device context is broken)."""
     started = time.monotonic()
     evaluation: Evaluation | None = None
     try:
-        evaluation = Evaluation(request, runner_factory, before_timing)
+        evaluation = Evaluation(request, runner_factory, before_timing, trial_cache)
         report = evaluation.run()
     except EvaluationFailure as raised:
         failure = reasons.judge_failure(raised)

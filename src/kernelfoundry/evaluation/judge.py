@@ -145,9 +145,11 @@ def main() -> None:
     import torch  # loaded before the first request so its import never eats a deadline
 
     from kernelfoundry.evaluation.engine import run_evaluation
+    from kernelfoundry.evaluation.trial_cache import TrialCache
 
     if backend_for_device(device).memory == "staged":
         torch.cuda.init()
+    trials = TrialCache()  # the tasks' trial seeds and references, across this judge's evaluations
     pool = RunnerPool(device)
     pool.prepare()
     stdin = sys.stdin.fileno()
@@ -158,7 +160,7 @@ def main() -> None:
                 request = request_from_dict(read_message(stdin))
             except ChildGone:
                 return
-            report, broken = run_evaluation(request, pool.take, before_timing=pool.settle)
+            report, broken = run_evaluation(request, pool.take, before_timing=pool.settle, trial_cache=trials)
             _reap_adopted()
             recycle = broken or report.reason in RECYCLING_REASONS
             write_message(protocol_out, {"report": report.to_dict(), "recycle": recycle})

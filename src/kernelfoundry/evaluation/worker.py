@@ -49,9 +49,14 @@ MAX_EVALUATIONS_PER_CHILD = 50
 # What the judge takes from the worker's environment: a Python worker's (torch, OpenMP, CUDA), plus the
 # CUDA toolkit's location. PYTHONPATH and the settings below are set by judge_environment.
 JUDGE_ENV_ALLOW: tuple[str, ...] = (*PYTHON_ENV_ALLOW, "CUDA_HOME", "TORCH_CUDA_ARCH_LIST")
-# The judge's own settings: the runner's memory limit (runner_client.py) and the input sets' memory
-# budget (set_plan.py). Named one by one: the sandbox never passes KF_* variables by pattern (secrets).
-JUDGE_SETTINGS: tuple[str, ...] = ("KF_RUNNER_MEMORY_BYTES", "KF_EVALUATION_SETS_MEMORY_BYTES")
+# The judge's own settings: the runner's memory limit (runner_client.py), the input sets' memory
+# budget (set_plan.py) and the trial cache's size (trial_cache.py). Named one by one: the sandbox never
+# passes KF_* variables by pattern (secrets).
+JUDGE_SETTINGS: tuple[str, ...] = (
+    "KF_RUNNER_MEMORY_BYTES",
+    "KF_EVALUATION_SETS_MEMORY_BYTES",
+    "KF_EVALUATION_TRIAL_CACHE_BYTES",
+)
 
 
 def judge_environment(cpu_threads: int | None) -> dict[str, str]:
