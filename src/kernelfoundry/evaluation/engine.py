@@ -148,6 +148,7 @@ class ShapeState:
     drawn: bool = False  # the runner draws the input sets from seeds (InputSet)
     lean: bool = False  # memory is short (set_plan.py): references are not kept past their use
     trial_key: str = ""  # the task's entry in the judge's trial cache ("": not kept, trial_cache.py)
+    trial_seeds: tuple[int, ...] = ()  # the seeds whose references that entry keeps
     traffic: roofline.Traffic | None = None  # bytes and FLOPs of one forward (roofline.py)
 
 
@@ -375,7 +376,7 @@ class Evaluation:
                 seeds = kept_seeds
             else:  # a new task, or its model drew other weights from the same seed: start again
                 self.trial_cache.start(key, seeds, parameters)
-            state.trial_key = key
+            state.trial_key, state.trial_seeds = key, tuple(seeds)
         state.trial_sets = len(seeds)
         state.timing_start = 0 if plan.shared else len(seeds)
         timing_seeds = [random_seed() for _ in range(plan.held - len(seeds))]
@@ -620,12 +621,14 @@ class Evaluation:
     def _reference_for(self, state: ShapeState, input_set: InputSet) -> list[Any]:
         if input_set.reference is None:
             values = self._values(state, input_set)
-            kept = self.trial_cache if state.trial_key else None
+            kept = self.trial_cache if input_set.seed in state.trial_seeds else None
             prints = fingerprint(values) if kept is not None else ()
             reference = kept.reference(state.trial_key, input_set.seed, prints) if kept is not None else None
             if reference is not None:
                 self.counters["kept_references"] += 1
                 input_set.reference = [r.to(self.request.device, copy=True) for r in reference]
+                wide = any(_is_float(r) and r.dtype == self.torch.float64 for r in reference)
+                self.reference_dtype = "float64" if wide else "float32 (TF32 off)"
             else:
                 input_set.reference = self._high_precision(state, values)
                 if kept is not None:

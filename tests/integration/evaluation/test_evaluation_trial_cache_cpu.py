@@ -28,6 +28,7 @@ def test_the_second_candidate_of_a_task_reuses_every_trial_reference(
     assert first.counters["kept_references"] == 0
     assert second.counters["kept_references"] == second.counters["trials"] > 0
     assert second.max_abs_error == first.max_abs_error  # the same trial values, the same answers
+    assert second.precision == first.precision and second.precision.startswith("float64 reference")
 
 
 @pytest.mark.parametrize("name", ["replays_previous", "first_call_only", "pointer_cache", "wrong_sign"])
