@@ -168,21 +168,62 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     assert not failed, failed
 
 
-def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool, bool]]:
-    """Every (task, tilings, one TF32 product, channels-last) the GPU tests judge."""
+def gpu_cases(
+    selected: set[tuple[str, bool]] | None = None,
+) -> list[tuple[Task, list[dict[str, int]], bool, bool]]:
+    """Every (task, tilings, one TF32 product, channels-last) the GPU tests judge; `selected`: only those
+    of these (case name, one TF32 product) pairs."""
     cases = []
     for tf32 in (True, False):
         for t in all_tasks(tf32):
-            cases += [(t, GPU_COMBOS, tf32, nhwc) for nhwc in layouts(t)]
+            name = t.name.removeprefix("conv_")
+            if selected is None or (name, tf32) in selected:
+                cases += [(t, GPU_COMBOS, tf32, nhwc) for nhwc in layouts(t)]
     return cases
 
 
+def selected_gpu_cases(session: pytest.Session) -> set[tuple[str, bool]]:
+    """The (case name, one TF32 product) pairs of the GPU tests this session runs (`-k` narrows them), so
+    the fixture builds only their units (a step on the accelerator machine has minutes, not the ten
+    an nvcc build of every case takes on one)."""
+    picked = set()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.name.startswith("test_conv_units_are_correct_on_awkward_geometry") and "name" in params:
+            picked.add((params["name"], bool(params["tf32"])))
+    return picked
+
+
+def test_the_gpu_cases_narrow_to_the_selected_tests() -> None:
+    every = gpu_cases()
+    assert len(every) == 2 * sum(len(layouts(t)) for t in all_tasks(True))
+    chain = gpu_cases({("chain_2d", True), ("batchnorm_relu", False)})
+    assert [(t.name, tf32, nhwc) for t, _, tf32, nhwc in chain] == [
+        ("conv_chain_2d", True, False),
+        ("conv_chain_2d", True, True),
+        ("conv_batchnorm_relu", False, False),
+    ]
+    # what a session running `-k "chain_2d and tf32"` (and an unrelated test) selects
+    from types import SimpleNamespace
+
+    items = [
+        SimpleNamespace(
+            name="test_conv_units_are_correct_on_awkward_geometry[chain_2d-tf32]",
+            callspec=SimpleNamespace(params={"name": "chain_2d", "tf32": True}),
+        ),
+        SimpleNamespace(name="test_the_gpu_cases_narrow_to_the_selected_tests"),
+    ]
+    assert selected_gpu_cases(SimpleNamespace(items=items)) == {("chain_2d", True)}  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="module")
-def gpu_judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
-    """Every unit the GPU tests judge, built once, and one evaluation worker for them all."""
+def gpu_judge(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[Any, Any]]:
+    """Every unit the session's GPU tests judge, built once, and one evaluation worker for them all."""
 
     def units() -> list[KernelSource]:
-        cases = gpu_cases()
+        cases = gpu_cases(selected_gpu_cases(request.session))
         return [
             with_params(conv_source(t, tf32, nhwc), combo)
             for t, combos, tf32, nhwc in cases
