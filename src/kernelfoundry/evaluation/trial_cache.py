@@ -122,10 +122,10 @@ class TrialCache:
         if size > self.capacity:
             return False
         while self.size + size > self.capacity:
-            oldest = next(k for k in self.tasks if k != key or len(self.tasks) == 1)
-            if oldest == key:
+            others = [k for k in self.tasks if k != key]  # least recently used first
+            if not others:
                 return False
-            self.drop(oldest)
+            self.drop(others[0])
         host = [r.detach().to("cpu", copy=True) if isinstance(r, torch.Tensor) else r for r in reference]
         entry.references[seed] = (values, host)
         entry.size += size

@@ -23,12 +23,7 @@ from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
-from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_plan, cuda_conv_unit
-from kernelfoundry.generators.heuristic.cuda_conv_chain import (
-    conv_chain,
-    conv_chain_unit,
-    conv_family_applies,
-)
+from kernelfoundry.generators.heuristic.cuda_conv_chain import conv_family_applies, conv_family_unit
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_plan, cuda_gemm_unit
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
@@ -119,14 +114,8 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
     plan = gemm_plan(graph) if backend == "cpu" and variant.gemm else None
     cplan = conv_plan(graph) if backend == "cpu" and variant.gemm else None
     gplan = cuda_gemm_plan(graph) if backend == "cuda" and variant.gemm else None
-    vplan = cuda_conv_plan(graph) if backend == "cuda" and variant.gemm else None
-    chain = conv_chain(graph) if backend == "cuda" and variant.gemm and vplan is None else None
-    if vplan is not None or chain is not None:
-        code = (
-            cuda_conv_unit(graph, vplan, variant, header)
-            if vplan is not None
-            else conv_chain_unit(graph, chain, variant, header)  # type: ignore[arg-type]
-        )
+    code = conv_family_unit(graph, variant, header) if backend == "cuda" and variant.gemm else None
+    if code is not None:
         return KernelSource(
             language="cuda", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
         )

@@ -9,7 +9,7 @@ warp layout, 3xTF32 or one TF32 product, its MMA step) with its own operand path
 KF_STAGES shared-memory stages filled by cp.async (KF_STAGES - 1 slices in flight while one is
 multiplied, no register staging). A's slice is the filters (KF_A_SRC: a forward conv's (CO, CI / G, taps)
 weight is k-contiguous, copied 16 bytes at a time where K % 4 == 0; a transposed one's (CI, CO / G, taps)
-is not), B's is gathered: a thread owns four output pixels (n0 + lane + 32 u) for the whole K loop, their
+is not), B's is gathered: a thread owns BN / 32 output pixels (n0 + lane + 32 u) for the whole K loop, their
 first input positions decoded once; each k row it copies is decoded into (ci, kd, kh, kw) once, by
 division by the baked tap counts, for its BN / 32 pixels; a tap in the padding (or, transposed, at a
 position the stride does not divide) copies zeros. A warp's 32 copies of a k row are 32 neighbouring
@@ -125,7 +125,7 @@ def _tap_position(plan: ConvPlan) -> tuple[str, str, str]:
 
 
 def _prologue(plan: ConvPlan) -> str:
-    """The block's image and group and their planes, and the four output pixels this thread gathers B
+    """The block's image and group and their planes, and the BN / 32 output pixels this thread gathers B
     for (n0 + lane + 32 u: a warp's loads of one k row are 32 neighbouring pixels): their first input
     position."""
     return r"""

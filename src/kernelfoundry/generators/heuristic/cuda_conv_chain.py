@@ -91,6 +91,15 @@ def conv_family_applies(graph: Graph) -> bool:
     return cuda_conv_target(graph) is not None
 
 
+def conv_family_unit(graph: Graph, variant: Variant, header: list[str]) -> str | None:
+    """The conv family's .cu unit for the graph (one conv, or a conv after a depthwise conv), or None."""
+    plan = cuda_conv_plan(graph)
+    if plan is not None:
+        return cuda_conv_unit(graph, plan, variant, header)
+    chain = conv_chain(graph)
+    return conv_chain_unit(graph, chain, variant, header) if chain is not None else None
+
+
 def conv_chain_unit(graph: Graph, chain: ConvChain, variant: Variant, header: list[str]) -> str:
     """The whole .cu unit: the conv family's unit (its entry static), the depthwise op kernel's entry and
     the chain's `kf_forward`."""
