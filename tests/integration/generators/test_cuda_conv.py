@@ -54,6 +54,18 @@ CONVS = {  # name: (module, forward expression, input shape)
         "torch.sigmoid(self.conv(x))",
         "1, 4, 4, 5, 6",
     ),
+    # phased (cuda_conv_phases.py): stride 5 over 3 dilated taps leaves 16 of 25 phases without a tap (the
+    # bias alone); a 1-D one whose kernel is shorter than its stride, output padding past the last tap
+    "t2d_sparse": (
+        "nn.ConvTranspose2d(3, 10, 3, stride=5, padding=1, dilation=2)",
+        "self.conv(x)",
+        "2, 3, 6, 9",
+    ),
+    "t1d_strided": (
+        "nn.ConvTranspose1d(6, 5, 2, stride=4, output_padding=3, bias=False)",
+        "torch.relu(self.conv(x))",
+        "3, 6, 41",
+    ),
     # channels in runs of four (the channels-last path too): 12 a group, so a BK 16 or 32 slice spans
     # taps; pixels that fill no tile; strided, padded, dilated; grouped, transposed
     "2d_runs": (
@@ -161,6 +173,9 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     units += [with_params(source, combo) for combo in COMBOS]
     runs = conv_source(conv_task("2d_runs", True), True, channels_last=True)
     units += [with_params(runs, combo) for combo in COMBOS]
+    # phased (a strided transposed conv): its tap table in shared memory beside the deepest stages
+    phased = conv_source(conv_task("t3d_runs", False), False, channels_last=True)
+    units += [with_params(phased, combo) for combo in COMBOS if combo["KF_STAGES"] == 4]
     target, cache = BuildTarget("cuda", "sm90"), BuildCache(tmp_path)
     with ThreadPoolExecutor(4) as pool:
         built = list(pool.map(lambda s: build(s, target, cache), units))

@@ -130,11 +130,15 @@ def test_groups_and_transposes_read_their_own_filter_layout() -> None:
     module = "nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1, groups=2)"
     transposed = family(conv_task(module, "1, 4, 4, 5, 6"))[0].source.code
     assert "#define KF_GROUPS 2" in transposed
-    # (CI, CO / G, taps): k = (ci, tap) strides over every output channel's filters
-    assert "(X + ((int64_t)((gk) / KF_TAPS) * M + (gm)) * KF_TAPS + (gk) % KF_TAPS)" in transposed
+    # (CI, CO / G, taps): k = (ci, the phase's tap) strides over every output channel's filters
+    assert "(X + ((int64_t)((gk) / taps) * M + (gm)) * KF_TAPS + kf_tab[(gk) % taps].x)" in transposed
     assert "const int64_t OW = (IW - 1) * KF_SW - 2 * KF_PW + KF_DW * (KF_KW - 1) + 1 + 1;" in transposed
-    assert "d % KF_SD == 0" in transposed  # only the taps whose input position divides by the stride
     assert "const int a_vec = 0;" in transposed  # its filter rows are not k-contiguous: 4-byte copies
+    # stride 1: one phase, every tap; its input position tested as any transposed conv's
+    module = "nn.ConvTranspose3d(4, 8, 3, padding=1, groups=2)"
+    unit_stride = family(conv_task(module, "1, 4, 4, 5, 6"))[0].source.code
+    assert "(X + ((int64_t)((gk) / KF_TAPS) * M + (gm)) * KF_TAPS + (gk) % KF_TAPS)" in unit_stride
+    assert "d % KF_SD == 0" in unit_stride and "KF_PHASES" not in unit_stride
 
 
 def test_k_streams_through_a_cp_async_pipeline_of_declared_depth() -> None:
@@ -193,8 +197,11 @@ def test_a_transposed_conv_through_channels_last_reads_its_filters_by_input_chan
     code = family(conv_task(module, "1, 8, 5, 7"), True)[0].source.code
     assert "#define KF_CIG 4" in code and "#define KF_GROUPS 2" in code
     assert "f[e] = w[((g * KF_CIG + ci) * M + m) * KF_TAPS + t];" in code  # (CI, CO / G, taps)
-    assert "d % KF_SD == 0" in code
-    assert "#define KF_A_SRC(gm, gk) (X + (int64_t)(gm) * K + (gk))" in code
+    # phased: a k run of 4 channels at the phase's tap, read at the filter's own tap of its rewritten row
+    assert "const int4 tap = kf_tab[t < taps ? t : 0];" in code
+    assert (
+        "(X + (int64_t)(gm) * (KF_TAPS * KF_CIG) + kf_tab[(gk) / KF_CIG].x * KF_CIG + (gk) % KF_CIG)" in code
+    )
 
 
 def test_a_pointwise_conv_keeps_the_nchw_gather_first() -> None:

@@ -37,6 +37,7 @@ Pure string building.
 
 from __future__ import annotations
 
+from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda import ALLOC
 from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
@@ -87,8 +88,12 @@ def _geometry_defines(plan: ConvPlan) -> list[str]:
 def _pixel_positions(plan: ConvPlan, count: str, pixel: str) -> str:
     """The thread's `count` output pixels (pixel u at `pixel`): whether each is in range and its first
     input position per axis (qd, qh, qw). A forward conv reads input d0 + kd * DD for output d; a
-    transposed one reads (d + PD - kd * DD) / SD where that divides."""
-    if not plan.transposed:
+    transposed one reads (d + PD - kd * DD) / SD where that divides; phased, pixel j of the block's
+    phase reads j plus the tap's offset."""
+    oh, ow = "geo.OH", "geo.OW"
+    if phases.phased(plan):
+        first, oh, ow = "pd, ph, pw", "OHp", "OWp"
+    elif not plan.transposed:
         first = "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
     else:
         first = "pd + KF_PD, ph + KF_PH, pw + KF_PW"
@@ -98,7 +103,7 @@ def _pixel_positions(plan: ConvPlan, count: str, pixel: str) -> str:
   for (int u = 0; u < {count}; ++u) {{
     const int px = {pixel};
     qin[u] = px < N;
-    const int pw = px % geo.OW, ph = px / geo.OW % geo.OH, pd = px / (geo.OW * geo.OH);
+    const int pw = px % {ow}, ph = px / {ow} % {oh}, pd = px / ({ow} * {oh});
     const int first[3] = {{{first}}};
     qd[u] = first[0];
     qh[u] = first[1];
@@ -109,7 +114,9 @@ def _pixel_positions(plan: ConvPlan, count: str, pixel: str) -> str:
 
 def _tap_position(plan: ConvPlan) -> tuple[str, str, str]:
     """(the tap's input position of a pixel, its bounds check, its offset in the input's plane): a
-    transposed conv's position must also divide by the stride."""
+    transposed conv's position must also divide by the stride (phased: the tap's baked offset)."""
+    if phases.phased(plan):
+        return phases.TAP_POSITION
     if not plan.transposed:
         return (
             "const int d = qd[u] + td, h = qh[u] + th, w = qw[u] + tw;",
@@ -128,7 +135,8 @@ def _prologue(plan: ConvPlan) -> str:
     """The block's image and group and their planes, and the BN / 32 output pixels this thread gathers B
     for (n0 + lane + 32 u: a warp's loads of one k row are 32 neighbouring pixels): their first input
     position."""
-    return r"""
+    return (
+        r"""
   constexpr int KF_PX = BN / 32;  /* pixels a thread gathers: 32 threads a k row */
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
@@ -139,7 +147,10 @@ def _prologue(plan: ConvPlan) -> str:
   const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
   /* this thread's KF_PX B columns (output pixels n0 + lane + 32 u) and the k rows it loads (k4 + 8 j) */
   const int k4 = tid >> 5;
-""" + _pixel_positions(plan, "KF_PX", "n0 + lane + 32 * u")
+"""
+        + _phase_setup(plan)
+        + _pixel_positions(plan, "KF_PX", "n0 + lane + 32 * u")
+    )
 
 
 _LOAD_A = r"""  auto load_a = [&](int st, int k0) {
@@ -171,14 +182,19 @@ def _loads(plan: ConvPlan) -> str:
     (ci, tap) decode a k row, four 4-byte copies (zeros in the padding and, transposed, where the
     position does not divide by the stride)."""
     at, ok, index = _tap_position(plan)
+    if phases.phased(plan):  # k = (channel, the phase's tap)
+        decode = """const int ci = gk / taps, t = gk - ci * taps;
+      const int4 tap = kf_tab[t];"""
+    else:
+        decode = """const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;
+      const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;"""
     return (
         _LOAD_A
         + f"""  auto load_b = [&](int st, int k0) {{
     #pragma unroll
     for (int j = 0; j < BK / 8; ++j) {{
       const int kk = k4 + 8 * j, gk = k0 + kk;
-      const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;
-      const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;
+      {decode}
       const float* __restrict__ src = W + (int64_t)ci * plane;
       #pragma unroll
       for (int u = 0; u < KF_PX; ++u) {{
@@ -197,7 +213,8 @@ def _nhwc_prologue(plan: ConvPlan) -> str:
     X the group's filters as (M, taps x KF_CIG). A pixel's k slice is BK / 4 runs of 16 bytes; thread
     tid copies run tid % (BK / 4) of the pixels tid / (BK / 4) + (256 / (BK / 4)) u, whose first input
     positions it decodes once."""
-    return r"""
+    return (
+        r"""
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t pixels_in = (int64_t)geo.ID * geo.IH * geo.IW;
   W += image * pixels_in * geo.CI + group * KF_CIG;  /* the image's pixels, the group's first channel */
@@ -208,7 +225,10 @@ def _nhwc_prologue(plan: ConvPlan) -> str:
   constexpr int KF_PIXEL_STEP = 256 / KF_RUNS;  /* pixels one pass of the block's threads copies */
   constexpr int KF_PASSES = BN / KF_PIXEL_STEP;
   const int run = (tid % KF_RUNS) * 4, prow = tid / KF_RUNS;
-""" + _pixel_positions(plan, "KF_PASSES", "n0 + prow + KF_PIXEL_STEP * u")
+"""
+        + _phase_setup(plan)
+        + _pixel_positions(plan, "KF_PASSES", "n0 + prow + KF_PIXEL_STEP * u")
+    )
 
 
 def _nhwc_loads(plan: ConvPlan) -> str:
@@ -217,12 +237,19 @@ def _nhwc_loads(plan: ConvPlan) -> str:
     for each of its pixels one bounds check and one 16-byte copy of 4 neighbouring channels (zeros in
     the padding). Through L1 (.ca): a block's pixels read overlapping input at neighbouring taps."""
     at, ok, index = _tap_position(plan)
+    if phases.phased(plan):  # k = (the phase's tap, channel); past K, any tap (nothing is read)
+        decode = "const int4 tap = kf_tab[t < taps ? t : 0];"
+    else:
+        decode = (
+            "const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH,"
+            " tw = t % KF_KW * KF_DW;"
+        )
     return (
         _LOAD_A
         + f"""  auto load_b = [&](int st, int k0) {{
     const int gk = k0 + run;
     const int t = gk / KF_CIG, ci = gk - t * KF_CIG;
-    const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;
+    {decode}
     #pragma unroll
     for (int u = 0; u < KF_PASSES; ++u) {{
       {at}
@@ -281,7 +308,8 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;  /* the MMA fragments' group and thread in group */
   const int wm = warp >> 2, wn = warp & 3;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int m0 = blockIdx.y * BM;
+  @N0@
   float acc[KF_TM][KF_TN];
   #pragma unroll
   for (int i = 0; i < KF_TM; ++i) {
@@ -328,10 +356,23 @@ _MAIN_LOOP = (
 )
 
 
+def _open(plan: ConvPlan) -> str:
+    """The kernel's opening; phased, the block's pixel tile n0 is its phase's (set after the prologue)."""
+    if phases.phased(plan):
+        return _OPEN.replace("@N0@", "int n0;  /* the phase's pixel tile: set with the phase */")
+    return _OPEN.replace("@N0@", "const int n0 = blockIdx.x * BN;")
+
+
+def _phase_setup(plan: ConvPlan) -> str:
+    return phases.PHASE_SETUP if phases.phased(plan) else ""
+
+
 def _args_struct(plan: ConvPlan, nhwc: bool) -> str:
     """The kernel's own argument: the sizes read from the tensors at run time (the filter's taps,
     stride, padding and dilation are baked) and the tail's per-channel operands and constants."""
     fields = ["  int CI, ID, IH, IW, OD, OH, OW;"]
+    if phases.phased(plan):
+        fields.append("  int PT;  /* pixel tiles a phase (the largest phase's) */")
     fields += [f"  const float* C{k};" for k in range(len(plan.channel_leaves))]
     fields += [f"  float S{k};" for k in range(len(plan.scalar_leaves))]
     return "\n".join(
@@ -346,6 +387,8 @@ def _args_struct(plan: ConvPlan, nhwc: bool) -> str:
 
 def _a_source(plan: ConvPlan, nhwc: bool) -> str:
     """KF_A_SRC: the filter element (output channel gm, k) of the block's group (X points at it)."""
+    if phases.phased(plan):
+        return phases.a_source(nhwc)
     # (CO, CI / G, taps): k-contiguous rows; the channels-last path's own copy (M, taps x KF_CIG) too
     if nhwc or not plan.transposed:
         return "#define KF_A_SRC(gm, gk) (X + (int64_t)(gm) * K + (gk))"
@@ -385,7 +428,7 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
         out.extend(body)
         w(f"      v[j] = {val};")
     w("    }")
-    out.extend(store_row(TC_LAYOUT, False))
+    out.extend(phases.store_lines(TC_LAYOUT.run_col) if phases.phased(plan) else store_row(TC_LAYOUT, False))
     w("  }")
     w("}")
     return out
@@ -524,12 +567,14 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         f"#define KF_NHWC {int(nhwc)}  /* the channels-last operand path */",
         *_geometry_defines(plan),
     ]
+    if phases.phased(plan):
+        lines.append(phases.phase_tables(plan))
     if nhwc:
         cig = int(graph.shapes[plan.x][1]) // plan.groups
         lines += [f"#define KF_CIG {cig}  /* input channels a group (checked against the input) */", ALLOC]
     lines += [
         _args_struct(plan, nhwc),
-        _OPEN.rstrip("\n"),
+        _open(plan).rstrip("\n"),
         (_nhwc_prologue(plan) if nhwc else _prologue(plan)).rstrip("\n"),
         (_nhwc_loads(plan) if nhwc else _loads(plan)).rstrip("\n"),
         _MAIN_LOOP.rstrip("\n"),
@@ -550,17 +595,27 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if nhwc:
         w("  if (CI != (int64_t)KF_CIG * KF_GROUPS) return KF_ERR_BAD_ARGUMENTS;")
     w("  if (NB == 0 || CO == 0) return KF_OK;")
-    w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
+    if phases.phased(plan):
+        w("  /* phased: grid x is (output phase, the phase's pixel tile); phase 0 has the most pixels */")
+        w("  const int64_t PP = (OD + KF_SD - 1) / KF_SD * ((OH + KF_SH - 1) / KF_SH) *")
+        w("                     ((OW + KF_SW - 1) / KF_SW);")
+        w("  const int64_t ptiles = (PP + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
+        w("  if (ptiles * KF_PHASES > limit) return KF_ERR_UNSUPPORTED;")
+    else:
+        w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
     w("  if (ctiles > 65535 || NB * KF_GROUPS > 65535) return KF_ERR_UNSUPPORTED;")
     tail = [f"C{k}" for k in range(len(plan.channel_leaves))]
     tail += [f"S{k}" for k in range(len(plan.scalar_leaves))]
     sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW"
+    if phases.phased(plan):
+        sizes += ", (int)ptiles"
     w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
     w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
     contiguous = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"
     contiguous = "1" if nhwc else contiguous
     w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
-    w("  const dim3 grid((unsigned)ptiles, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));")
+    xtiles = "(ptiles * KF_PHASES)" if phases.phased(plan) else "ptiles"
+    w(f"  const dim3 grid((unsigned){xtiles}, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));")
     w("  const size_t smem = sizeof(float) * KF_SMEM_FLOATS;")
     w("  const cudaFuncAttribute most = cudaFuncAttributeMaxDynamicSharedMemorySize;")
     w("  if (smem > 48 * 1024 && cudaFuncSetAttribute(kf_conv, most, (int)smem) != cudaSuccess)")

@@ -1,0 +1,135 @@
+"""Output phases of a strided transposed conv: only the taps that reach a pixel are multiplied.
+
+A transposed conv of stride S reads input (o + P - k * D) / S for output o at tap k, where that divides;
+along an axis, only the taps with k * D = r + P (mod S) reach the outputs o = r + S j of phase r, and
+for them the input is j + (r + P - k * D) / S. The conv family (cuda_conv.py) computing every tap and
+discarding the ones that do not divide spends (1 - 1 / S^dims) of its MMAs on zeros (7 in 8 for a 3-D
+conv of stride 2). Phased, each block takes one phase's pixels (grid x: phase, then the phase's pixel
+tiles), K is the group's input channels times the phase's own taps, and each tap's input position is
+the pixel's j plus a baked offset: no divisibility test, no zero slices. The tables are baked per plan
+(`phase_taps`: every phase's taps with their filter index and input offsets); a block copies its phase's
+into shared memory. Stores scatter to o = r + S j (each phase's pixels are S apart along an axis).
+Pure string building.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
+
+PhaseTap = tuple[int, int, int, int]  # (the filter's tap index, input offset along D, H, W)
+
+
+def phased(plan: ConvPlan) -> bool:
+    """Whether the conv is computed phase by phase: a transposed conv with a stride above 1."""
+    return plan.transposed and any(s > 1 for s in plan.stride)
+
+
+def _axis_taps(k: int, s: int, p: int, d: int, r: int) -> list[tuple[int, int]]:
+    """Along one axis, phase r's taps and each one's input offset: (tap, (r + p - tap * d) / s)."""
+    return [(t, (r + p - t * d) // s) for t in range(k) if (r + p - t * d) % s == 0]
+
+
+def phase_taps(plan: ConvPlan) -> list[list[PhaseTap]]:
+    """Every phase's taps (phase (rd, rh, rw) at index (rd * SH + rh) * SW + rw; taps in (d, h, w)
+    order): the filter's tap index (kd * KH + kh) * KW + kw and the input offsets per axis."""
+    _, kh, kw = plan.kernel
+    axes = list(zip(plan.kernel, plan.stride, plan.padding, plan.dilation, strict=True))
+    phases: list[list[PhaseTap]] = []
+    for rd, rh, rw in itertools.product(*(range(s) for s in plan.stride)):
+        per_axis = [_axis_taps(k, s, p, d, r) for (k, s, p, d), r in zip(axes, (rd, rh, rw), strict=True)]
+        phases.append(
+            [
+                ((td * kh + th) * kw + tw, od, oh, ow)
+                for (td, od), (th, oh), (tw, ow) in itertools.product(*per_axis)
+            ]
+        )
+    return phases
+
+
+def phase_tables(plan: ConvPlan) -> str:
+    """The baked tables: KF_PHASES, each phase's tap count and its taps (int4: filter tap, offsets)."""
+    phases = phase_taps(plan)
+    widest = max(1, *(len(p) for p in phases))
+    counts = ", ".join(str(len(p)) for p in phases)
+    rows = []
+    for taps in phases:
+        entries = ", ".join("{" + ", ".join(map(str, tap)) + "}" for tap in taps)
+        rows.append("    {" + entries + "},")
+    return "\n".join(
+        [
+            f"#define KF_PHASES {len(phases)}  /* output phases: the stride's product */",
+            f"#define KF_PHASE_TAPS {widest}  /* the most taps a phase has */",
+            "__constant__ int kf_phase_count[KF_PHASES] = {" + counts + "};",
+            "/* (filter tap, input offset along D, H, W) of each phase's taps */",
+            "__constant__ int4 kf_phase_tab[KF_PHASES][KF_PHASE_TAPS] = {",
+            *rows,
+            "};",
+        ]
+    )
+
+
+# The block's phase and its share of the output, after the prologue has placed the group's pointers
+# (with the whole output's N and K): N and K become the phase's pixels and k rows.
+PHASE_SETUP = r"""
+  /* the block's output phase (rd, rh, rw) and pixel tile: outputs o = r + S j, reached by the taps of
+     kf_phase_tab[phase] only */
+  const int phase = blockIdx.x / geo.PT;
+  n0 = (blockIdx.x - phase * geo.PT) * BN;
+  const int rd = phase / (KF_SH * KF_SW), rh = phase / KF_SW % KF_SH, rw = phase % KF_SW;
+  const int ODp = (geo.OD - rd + KF_SD - 1) / KF_SD, OHp = (geo.OH - rh + KF_SH - 1) / KF_SH;
+  const int OWp = (geo.OW - rw + KF_SW - 1) / KF_SW;
+  const int64_t P = (int64_t)geo.OD * geo.OH * geo.OW;  /* an output channel's pixels */
+  N = ODp * OHp * OWp;
+  if (n0 >= N) return;  /* a smaller phase's tiles past its end: the whole block leaves */
+  const int taps = kf_phase_count[phase];
+  K = geo.CI / KF_GROUPS * taps;  /* 0 where no tap reaches the phase: the bias and the tail only */
+  __shared__ int4 kf_tab[KF_PHASE_TAPS];
+  for (int t = tid; t < taps; t += 256) kf_tab[t] = kf_phase_tab[phase][t];
+  __syncthreads();
+"""
+
+
+def a_source(nhwc: bool) -> str:
+    """KF_A_SRC phased: k = (channel, phase tap) in NCHW, (phase tap, channel) on the channels-last
+    path, read at the filter's own tap (the whole filter's row of KF_TAPS x KF_CIG there)."""
+    if nhwc:
+        return (
+            "#define KF_A_SRC(gm, gk) \\\n"
+            "  (X + (int64_t)(gm) * (KF_TAPS * KF_CIG) + kf_tab[(gk) / KF_CIG].x * KF_CIG + (gk) % KF_CIG)"
+        )
+    return (
+        "#define KF_A_SRC(gm, gk) \\\n"
+        "  (X + ((int64_t)((gk) / taps) * M + (gm)) * KF_TAPS + kf_tab[(gk) % taps].x)"
+    )
+
+
+TAP_POSITION = (
+    "const int d = qd[u] + tap.y, h = qh[u] + tap.z, w = qw[u] + tap.w;",
+    "d >= 0 && d < geo.ID && h >= 0 && h < geo.IH && w >= 0 && w < geo.IW",
+    "(d * geo.IH + h) * geo.IW + w",
+)
+
+
+def store_lines(column: str) -> list[str]:
+    """Accumulator row i's values `v[KF_TN]` stored to the phase's pixels (o = r + S j per axis: S apart
+    along W), pairs of columns as the tensor-core layout holds them."""
+    return [
+        "    if (r < M) {",
+        "      float* __restrict__ orow = out + (int64_t)r * P;",
+        "      #pragma unroll",
+        "      for (int q = 0; q < KF_TN / 2; ++q) {",
+        f"        const int c = {column};",
+        "        #pragma unroll",
+        "        for (int u = 0; u < 2; ++u) {",
+        "          const int cc = c + u;",
+        "          if (cc < N) {",
+        "            const int jw = cc % OWp, jh = cc / OWp % OHp, jd = cc / (OWp * OHp);",
+        "            const int64_t o = ((int64_t)(rd + KF_SD * jd) * geo.OH + rh + KF_SH * jh) * geo.OW;",
+        "            orow[o + rw + KF_SW * jw] = v[q * 2 + u];",
+        "          }",
+        "        }",
+        "      }",
+        "    }",
+    ]
