@@ -1,51 +1,21 @@
-"""Output phases of a strided transposed conv: only the taps that reach a pixel are multiplied.
+"""The CUDA conv family's strided transposed conv, computed phase by phase (conv_phases.py): only the taps
+that reach a pixel are multiplied.
 
-A transposed conv of stride S reads input (o + P - k * D) / S for output o at tap k, where that divides;
-along an axis, only the taps with k * D = r + P (mod S) reach the outputs o = r + S j of phase r, and
-for them the input is j + (r + P - k * D) / S. The conv family (cuda_conv.py) computing every tap and
-discarding the ones that do not divide spends (1 - 1 / S^dims) of its MMAs on zeros (7 in 8 for a 3-D
-conv of stride 2). Phased, each block takes one phase's pixels (grid x: phase, then the phase's pixel
-tiles), K is the group's input channels times the phase's own taps, and each tap's input position is
-the pixel's j plus a baked offset: no divisibility test, no zero slices. The tables are baked per plan
-(`phase_taps`: every phase's taps with their filter index and input offsets); a block copies its phase's
-into shared memory. Stores scatter to o = r + S j (each phase's pixels are S apart along an axis).
-Pure string building.
+Computing every tap and discarding those whose input position does not divide by the stride, the conv
+family (cuda_conv.py) spent (1 - 1 / S^dims) of its MMAs on zeros. Phased, each block takes one phase's
+pixels (grid x: phase, then the phase's pixel tiles), K is the group's input channels times the phase's
+own taps, and each tap's input position is the pixel's j plus a baked offset: no divisibility test, no
+zero slices. The tables are baked per plan (`phase_taps`: every phase's taps with their filter index and
+input offsets); a block copies its phase's into shared memory. Stores scatter to o = r + S j (each phase's
+pixels are S apart along an axis). Pure string building.
 """
 
 from __future__ import annotations
 
-import itertools
-
+from kernelfoundry.generators.heuristic.conv_phases import phase_taps, phased
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
 
-PhaseTap = tuple[int, int, int, int]  # (the filter's tap index, input offset along D, H, W)
-
-
-def phased(plan: ConvPlan) -> bool:
-    """Whether the conv is computed phase by phase: a transposed conv with a stride above 1."""
-    return plan.transposed and any(s > 1 for s in plan.stride)
-
-
-def _axis_taps(k: int, s: int, p: int, d: int, r: int) -> list[tuple[int, int]]:
-    """Along one axis, phase r's taps and each one's input offset: (tap, (r + p - tap * d) / s)."""
-    return [(t, (r + p - t * d) // s) for t in range(k) if (r + p - t * d) % s == 0]
-
-
-def phase_taps(plan: ConvPlan) -> list[list[PhaseTap]]:
-    """Every phase's taps (phase (rd, rh, rw) at index (rd * SH + rh) * SW + rw; taps in (d, h, w)
-    order): the filter's tap index (kd * KH + kh) * KW + kw and the input offsets per axis."""
-    _, kh, kw = plan.kernel
-    axes = list(zip(plan.kernel, plan.stride, plan.padding, plan.dilation, strict=True))
-    phases: list[list[PhaseTap]] = []
-    for rd, rh, rw in itertools.product(*(range(s) for s in plan.stride)):
-        per_axis = [_axis_taps(k, s, p, d, r) for (k, s, p, d), r in zip(axes, (rd, rh, rw), strict=True)]
-        phases.append(
-            [
-                ((td * kh + th) * kw + tw, od, oh, ow)
-                for (td, od), (th, oh), (tw, ow) in itertools.product(*per_axis)
-            ]
-        )
-    return phases
+__all__ = ["PHASE_SETUP", "TAP_POSITION", "a_source", "phase_tables", "phased", "store_lines"]
 
 
 def phase_tables(plan: ConvPlan) -> str:

@@ -1,6 +1,6 @@
-"""Output phases of a strided transposed conv (cuda_conv_phases.py): the baked tables, replayed here in
-torch exactly as the CUDA unit reads them (pixel j of phase r reads input j + the tap's offset, stores to
-r + S j), give torch's conv_transpose on every geometry; and the unit that uses them."""
+"""Output phases of a strided transposed conv (conv_phases.py, cuda_conv_phases.py): the baked tables,
+replayed here in torch exactly as the CUDA unit reads them (pixel j of phase r reads input j + the tap's
+offset, stores to r + S j), give torch's conv_transpose on every geometry; and the unit that uses them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator, parse_variant
+from kernelfoundry.generators.heuristic.conv_phases import phase_taps, phased
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
-from kernelfoundry.generators.heuristic.cuda_conv_phases import phase_taps, phased
 from tests.fixtures.conv_tasks import conv_task
 
 GEOMETRIES = {  # name: (kernel, stride, padding, dilation, output_padding, input (D, H, W))

@@ -1,0 +1,46 @@
+"""Output phases of a strided transposed conv: which taps reach which output pixels.
+
+A transposed conv of stride S reads input (o + P - k * D) / S for output o at tap k, where that divides.
+Along an axis, only the taps with k * D = r + P (mod S) reach the outputs o = r + S j of phase r, and for
+them the input is j + (r + P - k * D) / S. Computing every tap and discarding those that do not divide
+spends (1 - 1 / S^dims) of a conv's multiplies on zeros (7 in 8 for a 3-D conv of stride 2); computed
+phase by phase, each output phase multiplies only its own taps. The conv families bake these tables
+(cuda_conv_phases.py on CUDA). Pure.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # cpu_conv.py bakes these tables too
+    from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
+
+PhaseTap = tuple[int, int, int, int]  # (the filter's tap index, input offset along D, H, W)
+
+
+def phased(plan: ConvPlan) -> bool:
+    """Whether the conv is computed phase by phase: a transposed conv with a stride above 1."""
+    return plan.transposed and any(s > 1 for s in plan.stride)
+
+
+def _axis_taps(k: int, s: int, p: int, d: int, r: int) -> list[tuple[int, int]]:
+    """Along one axis, phase r's taps and each one's input offset: (tap, (r + p - tap * d) / s)."""
+    return [(t, (r + p - t * d) // s) for t in range(k) if (r + p - t * d) % s == 0]
+
+
+def phase_taps(plan: ConvPlan) -> list[list[PhaseTap]]:
+    """Every phase's taps (phase (rd, rh, rw) at index (rd * SH + rh) * SW + rw; taps in (d, h, w)
+    order): the filter's tap index (kd * KH + kh) * KW + kw and the input offsets per axis."""
+    _, kh, kw = plan.kernel
+    axes = list(zip(plan.kernel, plan.stride, plan.padding, plan.dilation, strict=True))
+    phases: list[list[PhaseTap]] = []
+    for rd, rh, rw in itertools.product(*(range(s) for s in plan.stride)):
+        per_axis = [_axis_taps(k, s, p, d, r) for (k, s, p, d), r in zip(axes, (rd, rh, rw), strict=True)]
+        phases.append(
+            [
+                ((td * kh + th) * kw + tw, od, oh, ow)
+                for (td, od), (th, oh), (tw, ow) in itertools.product(*per_axis)
+            ]
+        )
+    return phases
