@@ -12,8 +12,13 @@ group's w[co, k] * the input under tap k. A plain 2-D conv (stride 1, no padding
 reads the k-major B panel in place (`koff[k]` offsets into one image: for a fixed output row and k the
 NR = 16*NV inputs are contiguous), staging only a ragged last tile in a zero-padded local `panel`; any
 other gathers each (output row, group, column tile)'s im2col `panel` once (zeros in the padding; a
-transposed conv reads input (o + p - k * d) / s where that divides, and its filters are first copied
-into (CO, KK) rows) for all the group's channel blocks. Work is split over (image, output row) across
+transposed conv of stride 1 reads input o + p - k * d, and its filters are first copied into (CO, KK)
+rows) for all the group's channel blocks. A transposed conv with a stride above 1 is computed phase by
+phase (conv_phases.py): an output row (n, od, oh) is in phase rd = od % SD, rh = oh % SH, its columns
+ow = rw + SW * jw split into SW column phases, and each phase's panel holds only the taps that reach it
+(the group's channels times the phase's taps, input j + a baked offset), multiplied by that phase's
+filter rows; no tap is gathered as zeros to be multiplied (7 in 8 of them on a 3-D stride-2 conv).
+Work is split over (image, output row) across
 threads; every tile of NR columns is multiplied by MR output channels at a time in a register tile
 (`float acc[MR][NR]`, stored once to an L1 `ctile`), and the tail (bias, BatchNorm, activation) is
 applied on the way from `ctile` to the output, its only store. Tunables: MR and NV (the register tile,
@@ -26,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
+from kernelfoundry.generators.heuristic.conv_phases import phase_taps, phased
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.plan import Leaf, Step, partition
 from kernelfoundry.generators.heuristic.prelude import cpu_family_head
@@ -248,7 +254,9 @@ def conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[str],
         w(f"      so.d[0] != NB || so.d[1] != CO || {spatial}) return KF_ERR_BAD_ARGUMENTS;")
     w("  float* __restrict O = KF_DATA(float, &outputs[0]);")
     if not plan.plain:
-        lines.extend(_general_loops(graph, plan, variant))
+        lines.extend(
+            _phased_loops(graph, plan, variant) if phased(plan) else _general_loops(graph, plan, variant)
+        )
         return "\n".join(lines)
     w("  int64_t* koff = (int64_t*)malloc(sizeof(int64_t) * (size_t)KK);")
     w("  if (!koff) return KF_ERR_LAUNCH;")
@@ -337,7 +345,8 @@ def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
     of NR output columns, the tile's im2col panel over the group's input channels gathered once (zeros
     where a tap falls in the padding or, transposed, where the stride does not divide its position),
     then every block of MR of the group's output channels multiplied with it in the register tile, the
-    tail on the store. A transposed conv's filters are first copied into (CO, KK) rows."""
+    tail on the store. A transposed conv's filters are first copied into (CO, KK) rows. A transposed
+    conv with a stride above 1 takes `_phased_loops` instead."""
     (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = plan.stride, plan.padding, plan.dilation
     out = [
         "  /* per k = (ci, kd, kh, kw) of a group, in the weight's order: the group's input channel, the",
@@ -459,7 +468,138 @@ def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
     return out
 
 
-def _tail(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
+def _phase_tables(plan: ConvPlan) -> list[str]:
+    """The plan's phase tables baked as static arrays (conv_phases.phase_taps): per output phase (rd, rh,
+    rw) at (rd * SH + rh) * SW + rw, its tap count and where its taps start in `kf_phase_tab`, which
+    lists every phase's taps one phase after another as (filter tap, input offset along D, H, W). Each
+    tap reaches one phase per axis, so the table holds the filter's taps once: KD * KH * KW rows."""
+    phases = phase_taps(plan)
+    counts = [len(taps) for taps in phases]
+    starts = [sum(counts[:i]) for i in range(len(phases))]
+    entries = [tap for taps in phases for tap in taps]
+    return [
+        "  /* the output phases (the stride's product) and the most taps a phase has */",
+        f"  enum {{ KF_PHASES = {len(phases)}, KF_PHASE_TAPS = {max(counts)} }};",
+        f"  static const int64_t kf_phase_count[KF_PHASES] = {{{', '.join(map(str, counts))}}};",
+        f"  static const int64_t kf_phase_start[KF_PHASES] = {{{', '.join(map(str, starts))}}};",
+        "  /* every phase's taps, one phase after another: (filter tap, input offset along D, H, W) */",
+        f"  static const int64_t kf_phase_tab[{len(entries)}][4] = {{",
+        *(f"    {{{', '.join(map(str, tap))}}}," for tap in entries),
+        "  };",
+    ]
+
+
+def _phase_rows() -> list[str]:
+    """Entry-point lines packing the filters per phase (before the parallel loop, once a call): phase p's
+    rows are (CO, CIG * its taps), k = ci * taps + t holding w[ci, co, tap t's filter tap], at CO * CIG *
+    kf_phase_start[p]: contiguous rows for kf_conv_tile, CO * KK floats over all phases."""
+    return [
+        "  /* each phase's filters as (CO, CIG * the phase's taps) rows; (CI, CO / G, taps) holds an input",
+        "     channel's for every output channel of its group */",
+        "  float* rows = (float*)malloc(sizeof(float) * (size_t)(CO * KK));",
+        "  if (!rows) return KF_ERR_LAUNCH;",
+        "  const int64_t TAPS = KD * KH * KW;",
+        "  for (int64_t p = 0; p < KF_PHASES; ++p) {",
+        "    const int64_t T = kf_phase_count[p];",
+        "    const int64_t (*tab)[4] = kf_phase_tab + kf_phase_start[p];",
+        "    float* __restrict prows = rows + CO * CIG * kf_phase_start[p];",
+        "    for (int64_t co = 0; co < CO; ++co)",
+        "      for (int64_t ci = 0; ci < CIG; ++ci)",
+        "        for (int64_t t = 0; t < T; ++t)",
+        "          prows[(co * CIG + ci) * T + t] =",
+        "              Wt[((co / COG * CIG + ci) * COG + co % COG) * TAPS + tab[t][0]];",
+        "  }",
+    ]
+
+
+def _phased_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
+    """The rest of a strided transposed conv's entry point, phase by phase (conv_phases.py): output row
+    (n, od, oh) is in phase rd = od % SD, rh = oh % SH at jd = od / SD, jh = oh / SH; for each column
+    phase rw its columns ow = rw + SW * jw are tiled by NR along jw, and the tile's panel holds only the
+    phase's taps, CIG * taps k rows (input (jd, jh, jw) + the tap's offsets, zeros outside the input),
+    multiplied by the phase's filter rows; the tail stores to orow[rw + SW * jw]. A phase no tap reaches
+    multiplies nothing (k rows 0): its outputs are the bias and the tail."""
+    (sd, sh, sw), groups = plan.stride, plan.groups
+    kd, kh, kw = plan.kernel
+    out = [
+        "  /* the tables are baked for the plan's filter */",
+        f"  if (KD != {kd} || KH != {kh} || KW != {kw}) return KF_ERR_BAD_ARGUMENTS;",
+        *_phase_tables(plan),
+        *_phase_rows(),
+        "  int failed = 0;",
+        "  #pragma omp parallel",
+        "  {",
+        "    float* panel = (float*)aligned_alloc(64, sizeof(float) * (size_t)(CIG * KF_PHASE_TAPS * NR));",
+        "    int64_t* poff = (int64_t*)malloc(sizeof(int64_t) * (size_t)(CIG * KF_PHASE_TAPS));",
+        "    alignas(64) float ctile[MR * NR];",
+        "    if (!panel || !poff) {",
+        "      #pragma omp atomic write",
+        "      failed = 1;",
+        "    } else {",
+        "      for (int64_t k = 0; k < CIG * KF_PHASE_TAPS; ++k) poff[k] = k * NR;",
+        "    }",
+        "    #pragma omp for schedule(static)",
+        "    for (int64_t t = 0; t < NB * OD * OH; ++t) {",
+        "      if (!panel || !poff) continue;",
+        "      const int64_t n = t / (OD * OH), od = t / OH % OD, oh = t % OH;",
+        f"      const int64_t rd = od % {sd}, rh = oh % {sh}, jd = od / {sd}, jh = oh / {sh};",
+        f"      for (int64_t rw = 0; rw < {sw}; ++rw) {{",
+        f"        const int64_t p = (rd * {sh} + rh) * {sw} + rw, T = kf_phase_count[p], kk = CIG * T;",
+        "        const int64_t (*tab)[4] = kf_phase_tab + kf_phase_start[p];",
+        "        const float* prows = rows + CO * CIG * kf_phase_start[p];",
+        f"        const int64_t OWp = OW > rw ? (OW - rw + {sw - 1}) / {sw} : 0;  /* the phase's columns */",
+        "        const int64_t ntiles = (OWp + NR - 1) / NR;",
+        f"        for (int64_t g = 0; g < {groups}; ++g)",
+        "        for (int64_t tile = 0; tile < ntiles; ++tile) {",
+        "          const int64_t jw0 = tile * NR, nw = OWp - jw0 < NR ? OWp - jw0 : NR;",
+        "          for (int64_t k = 0; k < kk; ++k) {",
+        "            float* __restrict prow = panel + k * NR;",
+        "            const int64_t* tap = tab[k % T];",
+        "            const int64_t id = jd + tap[1], ih = jh + tap[2], c0 = jw0 + tap[3];",
+        "            if (id < 0 || id >= ID || ih < 0 || ih >= IH) {",
+        "              for (int64_t j = 0; j < NR; ++j) prow[j] = 0.0f;",
+        "              continue;",
+        "            }",
+        "            const int64_t ci = g * CIG + k / T;",
+        "            const float* __restrict xr = X + ((n * CI + ci) * ID + id) * IH * IW + ih * IW;",
+        "            for (int64_t j = 0; j < NR; ++j) {",
+        "              const int64_t c = c0 + j;",
+        "              prow[j] = j < nw && c >= 0 && c < IW ? xr[c] : 0.0f;",
+        "            }",
+        "          }",
+        "          for (int64_t co0 = g * COG; co0 < (g + 1) * COG; co0 += MR) {",
+        "            const int64_t nco = (g + 1) * COG - co0 < MR ? (g + 1) * COG - co0 : MR;",
+        "            const float* wr[MR];",
+        "            for (int i = 0; i < MR; ++i) wr[i] = prows + (co0 + (i < nco ? i : nco - 1)) * kk;",
+        "            kf_conv_tile(wr, kk, panel, poff, ctile);",
+        "            for (int64_t i = 0; i < nco; ++i) {",
+        "              const int64_t co = co0 + i;",
+        "              float* __restrict orow =",
+        f"                  O + (((n * CO + co) * OD + od) * OH + oh) * OW + rw + {sw} * jw0;",
+    ]
+    out += ["  " + line for line in _tail(graph, plan, variant, "j" if sw == 1 else f"{sw} * j")]
+    out += [
+        "            }",
+        "          }",
+        "        }",
+        "      }",
+        "    }",
+        "    free(panel);",
+        "    free(poff);",
+        "  }",
+        "  free(rows);",
+        "  (void)stream;",
+        "  return failed ? KF_ERR_LAUNCH : KF_OK;",
+        "}",
+        "",
+    ]
+    return out
+
+
+def _tail(graph: Graph, plan: ConvPlan, variant: Variant, column: str = "j") -> list[str]:
+    """The store of one output channel's tile row: ctile row i (plus the bias) through the tail to
+    orow[column] for j < nw (column: the output index of tile column j, `j` where the tile's columns are
+    contiguous)."""
     conv = plan.conv.name
     channel = {name: f"C{k + int(bool(plan.bias))}" for k, name in enumerate(plan.channel_leaves)}
     scalar = {name: f"S{k}" for k, name in enumerate(plan.scalar_leaves)}
@@ -481,6 +621,6 @@ def _tail(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
         *simd,
         "            for (int64_t j = 0; j < nw; ++j) {",
         *body,
-        f"              orow[j] = {val};",
+        f"              orow[{column}] = {val};",
         "            }",
     ]

@@ -371,8 +371,6 @@ def _args_struct(plan: ConvPlan, nhwc: bool) -> str:
     """The kernel's own argument: the sizes read from the tensors at run time (the filter's taps,
     stride, padding and dilation are baked) and the tail's per-channel operands and constants."""
     fields = ["  int CI, ID, IH, IW, OD, OH, OW;"]
-    if phases.phased(plan):
-        fields.append("  int PT;  /* pixel tiles a phase (the largest phase's) */")
     fields += [f"  const float* C{k};" for k in range(len(plan.channel_leaves))]
     fields += [f"  float S{k};" for k in range(len(plan.scalar_leaves))]
     return "\n".join(
@@ -596,7 +594,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         w("  if (CI != (int64_t)KF_CIG * KF_GROUPS) return KF_ERR_BAD_ARGUMENTS;")
     w("  if (NB == 0 || CO == 0) return KF_OK;")
     if phases.phased(plan):
-        w("  /* phased: grid x is (output phase, the phase's pixel tile); phase 0 has the most pixels */")
+        w("  /* phased: grid x is (the phase's pixel tile, output phase); phase 0 has the most pixels */")
         w("  const int64_t PP = (OD + KF_SD - 1) / KF_SD * ((OH + KF_SH - 1) / KF_SH) *")
         w("                     ((OW + KF_SW - 1) / KF_SW);")
         w("  const int64_t ptiles = (PP + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
@@ -607,8 +605,6 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     tail = [f"C{k}" for k in range(len(plan.channel_leaves))]
     tail += [f"S{k}" for k in range(len(plan.scalar_leaves))]
     sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW"
-    if phases.phased(plan):
-        sizes += ", (int)ptiles"
     w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
     w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
     contiguous = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"

@@ -3,11 +3,12 @@ that reach a pixel are multiplied.
 
 Computing every tap and discarding those whose input position does not divide by the stride, the conv
 family (cuda_conv.py) spent (1 - 1 / S^dims) of its MMAs on zeros. Phased, each block takes one phase's
-pixels (grid x: phase, then the phase's pixel tiles), K is the group's input channels times the phase's
-own taps, and each tap's input position is the pixel's j plus a baked offset: no divisibility test, no
-zero slices. The tables are baked per plan (`phase_taps`: every phase's taps with their filter index and
-input offsets); a block copies its phase's into shared memory. Stores scatter to o = r + S j (each phase's
-pixels are S apart along an axis). Pure string building.
+pixels (grid x: pixel tile, then phase, the phase fastest so that blocks running together write one output
+region), K is the group's input channels times the phase's own taps, and each tap's input position is the
+pixel's j plus a baked offset: no divisibility test, no zero slices. The tables are baked per plan
+(`phase_taps`: every phase's taps with their filter index and input offsets); a block copies its phase's
+into shared memory. Stores scatter to o = r + S j (each phase's pixels are S apart along an axis). Pure
+string building.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ def phase_tables(plan: ConvPlan) -> str:
 # (with the whole output's N and K): N and K become the phase's pixels and k rows.
 PHASE_SETUP = r"""
   /* the block's output phase (rd, rh, rw) and pixel tile: outputs o = r + S j, reached by the taps of
-     kf_phase_tab[phase] only */
-  const int phase = blockIdx.x / geo.PT;
-  n0 = (blockIdx.x - phase * geo.PT) * BN;
+     kf_phase_tab[phase] only. The phase varies fastest along the grid: blocks running together write
+     the same output region, each phase's S-apart pixels, so the L2 merges their partial sectors before
+     they reach memory (phase after phase, each pass would read and write every sector again) */
+  const int phase = blockIdx.x % KF_PHASES;
+  n0 = blockIdx.x / KF_PHASES * BN;
   const int rd = phase / (KF_SH * KF_SW), rh = phase / KF_SW % KF_SH, rw = phase % KF_SW;
   const int ODp = (geo.OD - rd + KF_SD - 1) / KF_SD, OHp = (geo.OH - rh + KF_SH - 1) / KF_SH;
   const int OWp = (geo.OW - rw + KF_SW - 1) / KF_SW;
