@@ -142,6 +142,14 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "torch.randn(2, 3, 9, 800)",
         "_spool(",
     ),
+    # rows of 2048 columns: the column pass loads three columns a thread at once (33 loads in flight)
+    "avg_pool2d_separable_wide_rows": (
+        "        self.op = nn.AvgPool2d(11)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 2, 23, 2048)",
+        "3 columns a thread a pass",
+    ),
     "max_pool2d_separable_dilated_tiles": (
         "        self.op = nn.MaxPool2d((5, 7), stride=(2, 3), padding=(2, 3), dilation=(2, 1))",
         "x",
@@ -426,6 +434,7 @@ def test_family_kernels_compile_for_sm90_without_spills(tmp_path: Path) -> None:
         "cumsum_rows_odd",
         "max_pool3d_strided",
         "avg_pool3d_separable_exclude_pad",
+        "avg_pool2d_separable_wide_rows",
         "argmax_columns",
         "depthwise2d_asymmetric_strided_dilated_padded",
         "argmin_rows",

@@ -194,6 +194,18 @@ def _pool_tile(k: OpKernel) -> tuple[int, int]:
     return tw, (tw - 1) * sw + ext
 
 
+# Loads a thread of the separable pooling's column pass keeps in flight (its columns times the window's
+# (d, h) taps): three columns of an 11-row window build for sm_90 without spills, four spilled
+POOL_LOADS_IN_FLIGHT = 33
+
+
+def _pool_columns(k: OpKernel, span: int) -> int:
+    """Columns a thread of the separable column pass loads at once: as many as keep at most
+    POOL_LOADS_IN_FLIGHT loads in flight, no more than the tile's span needs of a 256-thread block."""
+    kd, kh, _ = k.params["window"]
+    return max(1, min(POOL_LOADS_IN_FLIGHT // (kd * kh), -(-span // 256)))
+
+
 def _pool(k: OpKernel, e: str) -> tuple[str, str]:
     p = k.params
     kd, kh, kw = p["window"]
@@ -266,6 +278,7 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
     if separable:
         tw, span = _pool_tile(k)
         ext = (kw - 1) * dw + 1
+        columns = _pool_columns(k, span)
         kernels += f"""
 
 /* Separable pooling of a large window: a block takes up to {tw} outputs of one output row (n, c, d, h).
@@ -297,24 +310,35 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
     const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, wb = ow0 * {sw} - {pw};
     const int n = OW - ow0 < {tw} ? OW - ow0 : {tw};
     const int span = (n - 1) * {sw} + {ext};
-    for (int j = threadIdx.x; j < span; j += blockDim.x) {{
-      const int w = wb + j;
-      float acc = {neutral};
-      if (w >= 0 && w < IW) {{
-        #pragma unroll
-        for (int a = 0; a < {kd}; ++a) {{
-          const int d = d0 + a * {dd};
-          if (d < 0 || d >= ID) continue;
+    /* {columns} columns a thread a pass, every load issued before the first lands in shared memory (a
+       column at a time, each store waited for its load: one load in flight a thread) */
+    for (int j0 = threadIdx.x; j0 < span; j0 += {columns} * (int)blockDim.x) {{
+      float cv[{columns}];
+      #pragma unroll
+      for (int u = 0; u < {columns}; ++u) {{
+        const int j = j0 + u * (int)blockDim.x, w = wb + j;
+        float acc = {neutral};
+        if (j < span && w >= 0 && w < IW) {{
           #pragma unroll
-          for (int b = 0; b < {kh}; ++b) {{
-            const int h = h0 + b * {dh};
-            if (h < 0 || h >= IH) continue;
-            const float v = __ldg(xc + ((int64_t)d * IH + h) * IW + w);
-            {combine}
+          for (int a = 0; a < {kd}; ++a) {{
+            const int d = d0 + a * {dd};
+            if (d < 0 || d >= ID) continue;
+            #pragma unroll
+            for (int b = 0; b < {kh}; ++b) {{
+              const int h = h0 + b * {dh};
+              if (h < 0 || h >= IH) continue;
+              const float v = __ldg(xc + ((int64_t)d * IH + h) * IW + w);
+              {combine}
+            }}
           }}
         }}
+        cv[u] = acc;
       }}
-      colv[j] = acc;
+      #pragma unroll
+      for (int u = 0; u < {columns}; ++u) {{
+        const int j = j0 + u * (int)blockDim.x;
+        if (j < span) colv[j] = cv[u];
+      }}
     }}
     __syncthreads();
     for (int q = threadIdx.x; q < n; q += blockDim.x) {{
