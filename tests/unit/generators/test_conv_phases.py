@@ -12,8 +12,9 @@ import torch.nn.functional as F
 
 from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator, parse_variant
-from kernelfoundry.generators.heuristic.conv_phases import phase_taps, phased
+from kernelfoundry.generators.heuristic.conv_phases import phase_counts, phase_taps, phased
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
+from kernelfoundry.generators.heuristic.cuda_conv_phases import phase_axes
 from tests.fixtures.conv_tasks import conv_task
 
 GEOMETRIES = {  # name: (kernel, stride, padding, dilation, output_padding, input (D, H, W))
@@ -26,9 +27,13 @@ GEOMETRIES = {  # name: (kernel, stride, padding, dilation, output_padding, inpu
 
 
 def plan_of(
-    kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...]
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    in_channels: int = 8,
 ) -> ConvPlan:
-    """The geometry fields phase_taps reads (the rest of a plan is not consulted)."""
+    """The geometry fields the phase tables read (the rest of a plan is not consulted)."""
     return ConvPlan(
         conv=None,  # type: ignore[arg-type]
         x="x",
@@ -44,42 +49,69 @@ def plan_of(
         dilation=dilation,  # type: ignore[arg-type]
         kernel=kernel,  # type: ignore[arg-type]
         transposed=True,
+        in_channels=in_channels,
     )
 
 
-def replay(plan: ConvPlan, x: torch.Tensor, w: torch.Tensor, out_size: tuple[int, int, int]) -> torch.Tensor:
+def _pairs(
+    size_out: int, size_in: int, stride: int, pad: int, on: bool, r: int, off: int
+) -> list[tuple[int, int]]:
+    """Along one axis, the (output, input) pairs phase r's tap of offset `off` joins, as the unit reads
+    them: a phased axis, output r + S j from input j + off; one left unphased, output o from input
+    (o + pad + off) / S where that divides."""
+    if on:
+        return [
+            (r + stride * j, j + off)
+            for j in range((size_out - r + stride - 1) // stride)
+            if 0 <= j + off < size_in
+        ]
+    return [
+        (o, (o + pad + off) // stride)
+        for o in range(size_out)
+        if (o + pad + off) >= 0 and (o + pad + off) % stride == 0 and (o + pad + off) // stride < size_in
+    ]
+
+
+def replay(
+    plan: ConvPlan,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    out_size: tuple[int, int, int],
+    axes: tuple[bool, bool, bool] = (True, True, True),
+) -> torch.Tensor:
     """The phased conv as the unit computes it: per phase (rd, rh, rw) and each of its taps, the output
-    pixels r + S j gain filter(tap) x input(j + offset) where that input exists."""
-    nb, _, idims = x.shape[0], x.shape[1], x.shape[2:]
-    out = torch.zeros(nb, w.shape[1], *out_size, dtype=x.dtype)
+    pixels of the phase gain filter(tap) x the input the tap's offset reaches, where that input exists."""
+    out = torch.zeros(x.shape[0], w.shape[1], *out_size, dtype=x.dtype)
     taps = w.flatten(2)  # (CI, CO, taps)
-    for phase, tab in zip(itertools.product(*(range(s) for s in plan.stride)), phase_taps(plan), strict=True):
-        extents = [(o - r + s - 1) // s for o, r, s in zip(out_size, phase, plan.stride, strict=True)]
+    phases = itertools.product(*(range(n) for n in phase_counts(plan, axes)))
+    for phase, tab in zip(phases, phase_taps(plan, axes), strict=True):
         for tap, *offsets in tab:
-            # j ranges where j + offset lies in the input, per axis
-            lo = [max(0, -off) for off in offsets]
-            hi = [min(e, i - off) for e, i, off in zip(extents, idims, offsets, strict=True)]
-            if any(h <= lo_ for lo_, h in zip(lo, hi, strict=True)):
+            per_axis = [
+                _pairs(o, i, s, p, on, r, off)
+                for o, i, s, p, on, r, off in zip(
+                    out_size, x.shape[2:], plan.stride, plan.padding, axes, phase, offsets, strict=True
+                )
+            ]
+            if not all(per_axis):
                 continue
-            src = x[:, :, *(slice(a + off, b + off) for a, b, off in zip(lo, hi, offsets, strict=True))]
-            contrib = torch.einsum("nc...,co->no...", src, taps[:, :, tap])
-            dst = tuple(
-                slice(r + s * a, r + s * (b - 1) + 1, s)
-                for r, s, a, b in zip(phase, plan.stride, lo, hi, strict=True)
+            (od, idd), (oh, ih), (ow, iw) = (torch.tensor(pairs).T for pairs in per_axis)
+            src = x[:, :, idd[:, None, None], ih[None, :, None], iw[None, None, :]]
+            out[:, :, od[:, None, None], oh[None, :, None], ow[None, None, :]] += torch.einsum(
+                "nc...,co->no...", src, taps[:, :, tap]
             )
-            out[:, :, *dst] += contrib
     return out
 
 
+@pytest.mark.parametrize("axes", [(True, True, True), (True, True, False)], ids=["every_axis", "w_unphased"])
 @pytest.mark.parametrize("name", sorted(GEOMETRIES))
-def test_the_phases_replayed_give_torchs_transposed_conv(name: str) -> None:
+def test_the_phases_replayed_give_torchs_transposed_conv(name: str, axes: tuple[bool, bool, bool]) -> None:
     kernel, stride, padding, dilation, extra, idims = GEOMETRIES[name]
     plan = plan_of(kernel, stride, padding, dilation)
     torch.manual_seed(0)
     x = torch.randn(2, 3, *idims, dtype=torch.float64)
     w = torch.randn(3, 4, *kernel, dtype=torch.float64)
     want = F.conv_transpose3d(x, w, stride=stride, padding=padding, output_padding=extra, dilation=dilation)
-    got = replay(plan, x, w, tuple(want.shape[2:]))  # type: ignore[arg-type]
+    got = replay(plan, x, w, tuple(want.shape[2:]), axes)  # type: ignore[arg-type]
     torch.testing.assert_close(got, want)
 
 
@@ -102,7 +134,27 @@ def test_a_strided_transposed_conv_is_phased_and_a_unit_stride_one_is_not() -> N
     units = [c.source.code for c in result.candidates if (v := parse_variant(c.source.code)) and v.gemm]
     assert units, result.message
     for code in units:
-        assert "#define KF_PHASES 4" in code
+        assert "#define KF_PSH 2" in code and "#define KF_PSW 2" in code
+        assert "#define KF_PHASES (KF_PSD * KF_PSH * KF_PSW)" in code
         assert "__constant__ int4 kf_phase_tab[KF_PHASES][KF_PHASE_TAPS]" in code
         assert "% KF_SH == 0" not in code  # no tap is tested for divisibility: the phase has only its own
         assert "grid((unsigned)(ptiles * KF_PHASES)" in code
+
+
+def test_the_cuda_conv_leaves_w_unphased_where_a_w_phase_is_empty_and_the_stores_bind() -> None:
+    # KernelBench's level-1 geometries (kernel, stride, padding, dilation; channels a group)
+    full = plan_of((3, 5, 7), (2, 2, 2), (1, 2, 3), (1, 1, 1), in_channels=8)  # 72: no W phase empty
+    assert phase_axes(full) == (True, True, True)
+    dense = plan_of((3, 3, 3), (2, 2, 2), (1, 1, 1), (2, 2, 2), in_channels=32)  # 77: 108 FMAs an output
+    assert phase_axes(dense) == (True, True, True)
+    sparse = plan_of((1, 3, 3), (1, 5, 5), (0, 1, 1), (1, 2, 2), in_channels=32)  # 81: 11.5 an output
+    assert phase_axes(sparse) == (True, True, False)
+    one_d = plan_of((1, 1, 3), (1, 1, 2), (0, 0, 1), (1, 1, 2), in_channels=32)  # 79: W its only axis
+    assert phase_axes(one_d) == (False, False, False)
+    task = conv_task("t", "nn.ConvTranspose2d(32, 6, 3, stride=5, padding=1, dilation=2)", "2, 32, 5, 7")
+    result = HeuristicGenerator().generate_sync(GenerationRequest("g", task, "cuda", count=16))
+    units = [c.source.code for c in result.candidates if (v := parse_variant(c.source.code)) and v.gemm]
+    assert units, result.message
+    for code in units:
+        assert "#define KF_PSH 5" in code and "#define KF_PSW 1" in code
+        assert "w >= 0 && w % KF_SW == 0 && w / KF_SW < geo.IW" in code  # W's taps keep the test

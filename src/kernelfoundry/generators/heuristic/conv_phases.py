@@ -29,14 +29,25 @@ def _axis_taps(k: int, s: int, p: int, d: int, r: int) -> list[tuple[int, int]]:
     return [(t, (r + p - t * d) // s) for t in range(k) if (r + p - t * d) % s == 0]
 
 
-def phase_taps(plan: ConvPlan) -> list[list[PhaseTap]]:
-    """Every phase's taps (phase (rd, rh, rw) at index (rd * SH + rh) * SW + rw; taps in (d, h, w)
-    order): the filter's tap index (kd * KH + kh) * KW + kw and the input offsets per axis."""
+def phase_counts(plan: ConvPlan, axes: tuple[bool, bool, bool] = (True, True, True)) -> tuple[int, ...]:
+    """Phases along each axis: its stride where it is phased, else one."""
+    return tuple(s if on else 1 for s, on in zip(plan.stride, axes, strict=True))
+
+
+def phase_taps(plan: ConvPlan, axes: tuple[bool, bool, bool] = (True, True, True)) -> list[list[PhaseTap]]:
+    """Every phase's taps (phase (rd, rh, rw) at index (rd * PH + rh) * PW + rw, P the phase counts;
+    taps in (d, h, w) order): the filter's tap index (kd * KH + kh) * KW + kw and the input offsets per
+    axis. An axis left unphased (`axes`) has one phase holding every tap at offset -k * D: there the
+    position o + P - k * D must still divide by the stride."""
     _, kh, kw = plan.kernel
-    axes = list(zip(plan.kernel, plan.stride, plan.padding, plan.dilation, strict=True))
+    geometry = list(zip(plan.kernel, plan.stride, plan.padding, plan.dilation, axes, strict=True))
+
+    def taps(k: int, s: int, p: int, d: int, on: bool, r: int) -> list[tuple[int, int]]:
+        return _axis_taps(k, s, p, d, r) if on else [(t, -t * d) for t in range(k)]
+
     phases: list[list[PhaseTap]] = []
-    for rd, rh, rw in itertools.product(*(range(s) for s in plan.stride)):
-        per_axis = [_axis_taps(k, s, p, d, r) for (k, s, p, d), r in zip(axes, (rd, rh, rw), strict=True)]
+    for rd, rh, rw in itertools.product(*(range(n) for n in phase_counts(plan, axes))):
+        per_axis = [taps(*g, r) for g, r in zip(geometry, (rd, rh, rw), strict=True)]
         phases.append(
             [
                 ((td * kh + th) * kw + tw, od, oh, ow)

@@ -69,6 +69,7 @@ class ConvPlan:
     transposed: bool = False  # a ConvTranspose1d / 2d / 3d
     groups: int = 1
     output_padding: tuple[int, int, int] = (0, 0, 0)
+    in_channels: int = 0  # the conv module's (all groups')
 
     @property
     def plain(self) -> bool:
@@ -136,6 +137,7 @@ def conv_plan(graph: Graph) -> ConvPlan | None:
     inputs = tuple(v.name for v in graph.inputs)
     geometry = {"dims": dims, "stride": stride, "padding": padding, "dilation": dilation}
     geometry.update(kernel=kernel, transposed=transposed, groups=int(mod.groups), output_padding=extra)
+    geometry["in_channels"] = int(mod.in_channels)
     if graph.nodes == [conv] and graph.outputs == [conv.name]:  # a bare conv, KernelBench's level 1
         return ConvPlan(conv, src.name, weight, bias, None, (), (), inputs, **geometry)  # type: ignore[arg-type]
     try:

@@ -92,7 +92,7 @@ def _pixel_positions(plan: ConvPlan, count: str, pixel: str) -> str:
     phase reads j plus the tap's offset."""
     oh, ow = "geo.OH", "geo.OW"
     if phases.phased(plan):
-        first, oh, ow = "pd, ph, pw", "OHp", "OWp"
+        first, oh, ow = phases.first_positions(plan), "OHp", "OWp"
     elif not plan.transposed:
         first = "pd * KF_SD - KF_PD, ph * KF_SH - KF_PH, pw * KF_SW - KF_PW"
     else:
@@ -116,7 +116,7 @@ def _tap_position(plan: ConvPlan) -> tuple[str, str, str]:
     """(the tap's input position of a pixel, its bounds check, its offset in the input's plane): a
     transposed conv's position must also divide by the stride (phased: the tap's baked offset)."""
     if phases.phased(plan):
-        return phases.TAP_POSITION
+        return phases.tap_position(plan)
     if not plan.transposed:
         return (
             "const int d = qd[u] + td, h = qh[u] + th, w = qw[u] + tw;",
@@ -595,8 +595,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w("  if (NB == 0 || CO == 0) return KF_OK;")
     if phases.phased(plan):
         w("  /* phased: grid x is (the phase's pixel tile, output phase); phase 0 has the most pixels */")
-        w("  const int64_t PP = (OD + KF_SD - 1) / KF_SD * ((OH + KF_SH - 1) / KF_SH) *")
-        w("                     ((OW + KF_SW - 1) / KF_SW);")
+        w("  const int64_t PP = (OD + KF_PSD - 1) / KF_PSD * ((OH + KF_PSH - 1) / KF_PSH) *")
+        w("                     ((OW + KF_PSW - 1) / KF_PSW);")
         w("  const int64_t ptiles = (PP + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
         w("  if (ptiles * KF_PHASES > limit) return KF_ERR_UNSUPPORTED;")
     else:
