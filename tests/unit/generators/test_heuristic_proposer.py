@@ -116,8 +116,11 @@ def test_cpu_seeds_put_the_fused_variant_first_the_direct_translation_last_with_
 @pytest.mark.parametrize(
     ("name", "shape", "first_two"),
     [
-        ("level1_softmax", {"batch_size": 2, "dim": 64}, ["cache_rows", "row_warps"]),
-        ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 64}, ["cache_rows", "row_warps"]),
+        ("level1_softmax", {"batch_size": 2, "dim": 2048}, ["cache_rows", "row_warps"]),
+        ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 2048}, ["cache_rows", "row_warps"]),
+        # rows of at most 1024: a warp a row leads (a block a row leaves most threads idle)
+        ("level1_softmax", {"batch_size": 2, "dim": 64}, ["row_warps", "cache_rows"]),
+        ("level1_layernorm", {"batch_size": 2, "seq_len": 3, "hidden": 1024}, ["row_warps", "cache_rows"]),
         ("level1_max_reduction", {"batch_size": 2, "dim1": 5, "dim2": 64}, ["row_warps", "fused"]),
         ("level2_elementwise_chain", {"batch_size": 4, "dim": 16}, ["fused", "scalar"]),
     ],

@@ -37,6 +37,7 @@ from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
 from kernelfoundry.generators.heuristic.cuda_conv import channels_last_operands_apply
 from kernelfoundry.generators.heuristic.cuda_conv_chain import conv_family_applies, cuda_conv_target
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
+from kernelfoundry.generators.heuristic.entry import reduce_range
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.layout import channels_last_source
@@ -144,7 +145,10 @@ def cuda_seeds(
             )
         )
     if has_rows:
-        seeds.append((Variant(row_warps=True), "fused, one warp per row for short rows (shuffle-only)"))
+        warp_rows = (Variant(row_warps=True), "fused, one warp per row for short rows (shuffle-only)")
+        # rows of at most SHORT_ROW elements: a block per row (the register-held seed) leaves most of its
+        # threads idle, a warp per row leads (level2/34's LayerNorm over 64 channels: 0.68x eager)
+        seeds.insert(0 if _short_last_rows(graph) else len(seeds), warp_rows)
     seeds.append(fused)
     if fold_affine_tails(graph)[1]:
         seeds.append(folded)
@@ -202,6 +206,30 @@ def cuda_seeds(
         # conversion of the input to NHWC costs what the conv gains), `tiling` reaches it
         seeds.append((Variant(channels_last=True), CUDA_CHANNELS_LAST))
     return [*seeds, direct]
+
+
+SHORT_ROW = 1024
+
+
+def _short_last_rows(graph: Graph) -> bool:
+    """Whether every row op (softmax, log-softmax, layer norm) normalises the trailing dims over rows of
+    at most SHORT_ROW elements."""
+    rowops = [n for n in graph.nodes if n.kind == "rowop"]
+    for n in rowops:
+        src = n.args[0] if n.args else None
+        if not hasattr(src, "name") or src.name not in graph.shapes:
+            return False
+        shape = graph.shapes[src.name]
+        try:
+            d0, d1, _ = reduce_range(n, len(shape))
+        except UnsupportedGraph:
+            return False
+        row = 1
+        for d in shape[d0:d1]:
+            row *= int(d)
+        if d1 != len(shape) or row > SHORT_ROW:
+            return False
+    return bool(rowops)
 
 
 def _few_long_sums(graph: Graph) -> bool:
