@@ -142,13 +142,13 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "torch.randn(2, 3, 9, 800)",
         "_spool(",
     ),
-    # rows of 2048 columns: the column pass loads three columns a thread at once (33 loads in flight)
+    # rows of 2048 columns under a two-row window: the column pass loads four columns a thread at once
     "avg_pool2d_separable_wide_rows": (
-        "        self.op = nn.AvgPool2d(11)",
+        "        self.op = nn.AvgPool2d((2, 16))",
         "x",
         "self.op(x)",
-        "torch.randn(2, 2, 23, 2048)",
-        "3 columns a thread a pass",
+        "torch.randn(2, 2, 5, 2048)",
+        "4 columns a thread a pass",
     ),
     "max_pool2d_separable_dilated_tiles": (
         "        self.op = nn.MaxPool2d((5, 7), stride=(2, 3), padding=(2, 3), dilation=(2, 1))",

@@ -194,9 +194,11 @@ def _pool_tile(k: OpKernel) -> tuple[int, int]:
     return tw, (tw - 1) * sw + ext
 
 
-# Loads a thread of the separable pooling's column pass keeps in flight (its columns times the window's
-# (d, h) taps): three columns of an 11-row window build for sm_90 without spills, four spilled
-POOL_LOADS_IN_FLIGHT = 33
+# Loads a thread of the separable pooling's column pass issues before storing (its columns times the
+# window's (d, h) taps). On the H200 (bench/results/h200_2026-12-04e/): a 1-D pooling at five columns a
+# thread, 41_Max_Pooling_1D 4.50 -> 4.09 ms and 44_Average_Pooling_1D 2.61 -> 2.29 ms; an 11-row window
+# at three columns (33 loads), 45_Average_Pooling_2D 5.71 -> 6.50 ms: eleven loads a column are enough
+POOL_LOADS_IN_FLIGHT = 8
 
 
 def _pool_columns(k: OpKernel, span: int) -> int:
@@ -279,6 +281,7 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
         tw, span = _pool_tile(k)
         ext = (kw - 1) * dw + 1
         columns = _pool_columns(k, span)
+        plural = "s" if columns > 1 else ""
         kernels += f"""
 
 /* Separable pooling of a large window: a block takes up to {tw} outputs of one output row (n, c, d, h).
@@ -310,7 +313,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
     const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, wb = ow0 * {sw} - {pw};
     const int n = OW - ow0 < {tw} ? OW - ow0 : {tw};
     const int span = (n - 1) * {sw} + {ext};
-    /* {columns} columns a thread a pass, every load issued before the first lands in shared memory (a
+    /* {columns} column{plural} a thread a pass, every load issued before the first lands in shared memory (a
        column at a time, each store waited for its load: one load in flight a thread) */
     for (int j0 = threadIdx.x; j0 < span; j0 += {columns} * (int)blockDim.x) {{
       float cv[{columns}];
