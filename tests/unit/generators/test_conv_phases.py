@@ -126,14 +126,22 @@ def test_every_tap_reaches_exactly_the_phases_it_divides() -> None:
     assert sum(1 for t in sparse if not t) == 25 - 9
 
 
+def conv_family_units(module: str, shape: str) -> list[str]:
+    """The CUDA conv family's units the proposer gives for `self.conv = {module}` over randn({shape})."""
+    result = HeuristicGenerator().generate_sync(
+        GenerationRequest("g", conv_task("t", module, shape), "cuda", count=16)
+    )
+    units = [c.source.code for c in result.candidates if (v := parse_variant(c.source.code)) and v.gemm]
+    assert units, result.message
+    return units
+
+
 def test_a_strided_transposed_conv_is_phased_and_a_unit_stride_one_is_not() -> None:
     assert phased(plan_of((3, 3, 3), (1, 1, 2), (0, 0, 0), (1, 1, 1)))
     assert not phased(plan_of((3, 3, 3), (1, 1, 1), (0, 0, 0), (1, 1, 1)))
-    task = conv_task("t", "nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1)", "2, 8, 5, 7")
-    result = HeuristicGenerator().generate_sync(GenerationRequest("g", task, "cuda", count=16))
-    units = [c.source.code for c in result.candidates if (v := parse_variant(c.source.code)) and v.gemm]
-    assert units, result.message
-    for code in units:
+    for code in conv_family_units(
+        "nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1)", "2, 8, 5, 7"
+    ):
         assert "#define KF_PSH 2" in code and "#define KF_PSW 2" in code
         assert "#define KF_PHASES (KF_PSD * KF_PSH * KF_PSW)" in code
         assert "__constant__ int4 kf_phase_tab[KF_PHASES][KF_PHASE_TAPS]" in code
@@ -151,10 +159,8 @@ def test_the_cuda_conv_leaves_w_unphased_where_a_w_phase_is_empty_and_the_stores
     assert phase_axes(sparse) == (True, True, False)
     one_d = plan_of((1, 1, 3), (1, 1, 2), (0, 0, 1), (1, 1, 2), in_channels=32)  # 79: W its only axis
     assert phase_axes(one_d) == (False, False, False)
-    task = conv_task("t", "nn.ConvTranspose2d(32, 6, 3, stride=5, padding=1, dilation=2)", "2, 32, 5, 7")
-    result = HeuristicGenerator().generate_sync(GenerationRequest("g", task, "cuda", count=16))
-    units = [c.source.code for c in result.candidates if (v := parse_variant(c.source.code)) and v.gemm]
-    assert units, result.message
-    for code in units:
+    for code in conv_family_units(
+        "nn.ConvTranspose2d(32, 6, 3, stride=5, padding=1, dilation=2)", "2, 32, 5, 7"
+    ):
         assert "#define KF_PSH 5" in code and "#define KF_PSW 1" in code
         assert "w >= 0 && w % KF_SW == 0 && w / KF_SW < geo.IW" in code  # W's taps keep the test

@@ -452,22 +452,23 @@ def _general_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
         "            float* __restrict orow = O + (((n * CO + co) * OD + od) * OH + oh) * OW + ow0;",
     ]
     out += _tail(graph, plan, variant)
-    out += [
-        "          }",
-        "        }",
-        "      }",
-        "    }",
+    return out + _end_of_unit(4, ("ktap", *(("rows",) if plan.transposed else ())))
+
+
+def _end_of_unit(loops: int, buffers: tuple[str, ...]) -> list[str]:
+    """The unit's last lines after the tail: the `loops` loops inside the parallel region closed, each
+    thread's panel freed, then the unit's `buffers`, and the status returned."""
+    return [
+        *(" " * (2 * (loops + 1 - i)) + "}" for i in range(loops)),
         "    free(panel);",
         "    free(poff);",
         "  }",
-        "  free(ktap);",
-        *(["  free(rows);"] if plan.transposed else []),
+        *(f"  free({b});" for b in buffers),
         "  (void)stream;",
         "  return failed ? KF_ERR_LAUNCH : KF_OK;",
         "}",
         "",
     ]
-    return out
 
 
 def _phase_tables(plan: ConvPlan) -> list[str]:
@@ -580,22 +581,7 @@ def _phased_loops(graph: Graph, plan: ConvPlan, variant: Variant) -> list[str]:
         f"                  O + (((n * CO + co) * OD + od) * OH + oh) * OW + rw + {sw} * jw0;",
     ]
     out += ["  " + line for line in _tail(graph, plan, variant, "j" if sw == 1 else f"{sw} * j")]
-    out += [
-        "            }",
-        "          }",
-        "        }",
-        "      }",
-        "    }",
-        "    free(panel);",
-        "    free(poff);",
-        "  }",
-        "  free(rows);",
-        "  (void)stream;",
-        "  return failed ? KF_ERR_LAUNCH : KF_OK;",
-        "}",
-        "",
-    ]
-    return out
+    return out + _end_of_unit(5, ("rows",))
 
 
 def _tail(graph: Graph, plan: ConvPlan, variant: Variant, column: str = "j") -> list[str]:
