@@ -24,7 +24,7 @@ def phased(plan: ConvPlan) -> bool:
     return plan.transposed and any(s > 1 for s in plan.stride)
 
 
-def _axis_taps(k: int, s: int, p: int, d: int, r: int) -> list[tuple[int, int]]:
+def axis_taps(k: int, s: int, p: int, d: int, r: int) -> list[tuple[int, int]]:
     """Along one axis, phase r's taps and each one's input offset: (tap, (r + p - tap * d) / s)."""
     return [(t, (r + p - t * d) // s) for t in range(k) if (r + p - t * d) % s == 0]
 
@@ -43,7 +43,7 @@ def phase_taps(plan: ConvPlan, axes: tuple[bool, bool, bool] = (True, True, True
     geometry = list(zip(plan.kernel, plan.stride, plan.padding, plan.dilation, axes, strict=True))
 
     def taps(k: int, s: int, p: int, d: int, on: bool, r: int) -> list[tuple[int, int]]:
-        return _axis_taps(k, s, p, d, r) if on else [(t, -t * d) for t in range(k)]
+        return axis_taps(k, s, p, d, r) if on else [(t, -t * d) for t in range(k)]
 
     phases: list[list[PhaseTap]] = []
     for rd, rh, rw in itertools.product(*(range(n) for n in phase_counts(plan, axes))):

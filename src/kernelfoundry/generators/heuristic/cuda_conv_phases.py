@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from kernelfoundry.generators.heuristic.conv_phases import _axis_taps, phase_counts, phase_taps
+from kernelfoundry.generators.heuristic.conv_phases import axis_taps, phase_counts, phase_taps
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
 
 # Multiply-adds an output of a phased conv takes (a group's channels x taps / the stride's product) below
@@ -32,7 +32,7 @@ def phase_axes(plan: ConvPlan) -> tuple[bool, bool, bool]:
     if not plan.transposed or all(s == 1 for s in plan.stride):
         return (False, False, False)
     kw, sw, pw, dw = plan.kernel[2], plan.stride[2], plan.padding[2], plan.dilation[2]
-    empty_w = any(not _axis_taps(kw, sw, pw, dw, r) for r in range(sw))
+    empty_w = any(not axis_taps(kw, sw, pw, dw, r) for r in range(sw))
     density = plan.in_channels // plan.groups * math.prod(plan.kernel) / math.prod(plan.stride)
     along_w = not empty_w or density >= STORE_BOUND_DENSITY
     strided = any(s > 1 for s in plan.stride[:2]) or (along_w and sw > 1)
