@@ -11,19 +11,35 @@ on fresh seeds and are checked there, so a unit that learnt the trial sets' answ
 A kept reference is used only when the values drawn now have the fingerprint they had when it was
 computed, and the model's parameters theirs (a task whose `get_inputs()` or `__init__` draws outside
 torch's generator gives other values for the same seed: computed afresh, the entry dropped). At most
-`capacity` bytes of references are kept (`KF_EVALUATION_TRIAL_CACHE_BYTES`, default 2 GiB; 0 keeps
-none), the least recently used task dropped first; a set larger than that is never kept.
+`capacity` bytes of references are kept (`KF_EVALUATION_TRIAL_CACHE_BYTES`; by default an eighth of
+the host's memory, within 2 and 16 GiB; 0 keeps none); a set larger than that is never kept. Room is made
+by dropping the least recently used task, but only one idle for `idle_s` (two minutes): several tasks
+evaluated at once whose references do not all fit would otherwise drop each other's before their next
+candidate and nothing kept would ever be used (on the H200, four level-2 tasks at once with 2 GB
+references: the re-timings of their best kernels reused none). A reference that finds no room is not
+kept; the tasks that got theirs in keep them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_CAPACITY = 2 << 30
+MIN_DEFAULT_CAPACITY = 2 << 30
+MAX_DEFAULT_CAPACITY = 16 << 30
+IDLE_S = 120.0  # a task unused this long may be dropped to make room for another's references
+
+
+def default_capacity() -> int:
+    """An eighth of the host's physical memory, within 2 and 16 GiB (the runner may take three quarters)."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min(max(physical // 8, MIN_DEFAULT_CAPACITY), MAX_DEFAULT_CAPACITY)
+
 
 Fingerprint = tuple[tuple[str, tuple[int, ...], float, float], ...]
 
@@ -58,22 +74,34 @@ class TaskTrials:
     parameters: Fingerprint  # of the model drawn from seeds[0]
     references: dict[int, tuple[Fingerprint, list[Any]]] = field(default_factory=dict)  # seed ->
     size: int = 0  # bytes of the kept references
+    used: float = 0.0  # when it was last used (the cache's clock)
 
 
 class TrialCache:
     """Trial seeds and kept references per task key (see the module docstring)."""
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int | None = None,
+        idle_s: float = IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if capacity is None:
             configured = os.environ.get("KF_EVALUATION_TRIAL_CACHE_BYTES", "")
             try:
-                capacity = int(configured) if configured else DEFAULT_CAPACITY
+                capacity = int(configured) if configured else default_capacity()
             except ValueError:
                 raise ValueError(
                     f"KF_EVALUATION_TRIAL_CACHE_BYTES must be a number of bytes, got {configured!r}"
                 ) from None
         self.capacity = max(0, capacity)
+        self.idle_s = idle_s
+        self.clock = clock
         self.tasks: OrderedDict[str, TaskTrials] = OrderedDict()
+
+    def _touch(self, key: str) -> None:
+        self.tasks[key].used = self.clock()
+        self.tasks.move_to_end(key)
 
     @property
     def size(self) -> int:
@@ -84,13 +112,13 @@ class TrialCache:
         entry = self.tasks.get(key)
         if entry is None:
             return None
-        self.tasks.move_to_end(key)
+        self._touch(key)
         return list(entry.seeds)
 
     def start(self, key: str, seeds: list[int], parameters: Fingerprint) -> None:
         """A new entry (replacing any): the seeds this evaluation draws its trial sets from."""
         self.tasks[key] = TaskTrials(list(seeds), parameters)
-        self.tasks.move_to_end(key)
+        self._touch(key)
 
     def parameters_match(self, key: str, parameters: Fingerprint) -> bool:
         entry = self.tasks.get(key)
@@ -108,7 +136,7 @@ class TrialCache:
         if kept_values != values:
             self.drop(key)  # the task draws other values for the same seed: nothing here is reusable
             return None
-        self.tasks.move_to_end(key)
+        self._touch(key)
         return reference
 
     def keep(self, key: str, seed: int, values: Fingerprint, reference: list[Any]) -> bool:
@@ -122,11 +150,13 @@ class TrialCache:
         if size > self.capacity:
             return False
         while self.size + size > self.capacity:
-            others = [k for k in self.tasks if k != key]  # least recently used first
-            if not others:
+            now = self.clock()
+            idle = [k for k, t in self.tasks.items() if k != key and now - t.used >= self.idle_s]
+            if not idle:  # the others are in use: theirs stay, this one is not kept
                 return False
-            self.drop(others[0])
+            self.drop(idle[0])  # least recently used first
         host = [r.detach().to("cpu", copy=True) if isinstance(r, torch.Tensor) else r for r in reference]
         entry.references[seed] = (values, host)
         entry.size += size
+        self._touch(key)
         return True
