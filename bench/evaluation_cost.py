@@ -163,7 +163,10 @@ def print_table(label: str, repeats: int, rows: list[dict[str, Any]]) -> None:
         )
     phases = sorted({p for row in rows for p in row.get("phases_ms", {})})
     if phases:
-        print("\nmedian judge time per phase, ms (refresh and checks are part of timed_runs)")
+        print(
+            "\nmedian judge time per phase, ms (refresh and checks are part of timed_runs; idle_window and"
+            " process_watch, the judge's watch of the runner between commands, of the steps they fall in)"
+        )
         print(f"{'case':32} " + " ".join(f"{p[:12]:>12}" for p in phases))
         for row in rows:
             print(f"{row['case']:32} " + " ".join(f"{row['phases_ms'].get(p, 0.0):12.1f}" for p in phases))

@@ -247,8 +247,19 @@ class Evaluation:
         return runner
 
     def _ask(self, op: str, expected: str, fds: tuple[int, ...] = (), **fields: Any) -> tuple[Any, int]:
-        assert self.runner is not None
-        return self.runner.request(op, expected, self.deadline, fds, **fields)
+        """One round trip; the judge's own watch around it (the idle window after a timed reply, the
+        scan for processes the runner started) also shown apart in the phases, inside the step's."""
+        runner = self.runner
+        assert runner is not None
+        idle, watch = runner.idle_window_s, runner.process_watch_s
+        try:
+            return runner.request(op, expected, self.deadline, fds, **fields)
+        finally:
+            for name, before, after in (
+                ("idle_window", idle, runner.idle_window_s),
+                ("process_watch", watch, runner.process_watch_s),
+            ):
+                self.phases[name] = self.phases.get(name, 0.0) + after - before
 
     # ---- buffers -----------------------------------------------------------------------------------
     def _arena(self, size: int, name: str, pin: bool = True) -> Arena:

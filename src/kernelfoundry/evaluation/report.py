@@ -39,7 +39,9 @@ class EvaluationReport:
     calls), timed_runs, warmup_runs, input_sets, kernel_launches. phases_ms: the judge's wall time per
     step (runner_start, inputs, trials, next_runner_start, timed_runs (its refresh and checks also
     shown apart), cross_check, baselines; fetch: a staged device's outputs brought to the judge, inside
-    trials and checks); the worker's duration_s adds the judge round trip and any judge start.
+    trials and checks; idle_window and process_watch: the judge's watch of the runner between commands
+    (the wait and CPU-time reads after timed replies, the scan for processes it started), inside the
+    steps); the worker's duration_s adds the judge round trip and any judge start.
     """
 
     compiled: bool

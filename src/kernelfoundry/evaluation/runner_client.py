@@ -198,6 +198,10 @@ class RunnerProcess:
         # (main thread, other live threads, whole process with exited threads) at the last reply
         self._cpu_at_reply: tuple[int, int, int] | None = None
         self._last_claim_ns = 0
+        # the judge's own watch, seconds so far: the idle window after timed replies (its wait and its
+        # reads of the runner's CPU time) and the scan for processes the runner started
+        self.idle_window_s = 0.0
+        self.process_watch_s = 0.0
         self._last_op = "its start"
         self._watch_idle = False  # only after a timed call or a batch (IDLE_WATCHED_OPS)
         self._replied_at = 0.0  # time.monotonic() of the last reply
@@ -351,7 +355,9 @@ class RunnerProcess:
         """Send one command and return (validated reply, judge wall time of the round trip in ns)."""
         if self.closed:
             raise EvaluationFailure(reasons.WORKER_ERROR, f"command `{op}` sent to a closed runner")
+        watched = time.perf_counter()
         self._observe_idle()
+        self.idle_window_s += time.perf_counter() - watched
         nonce = messages.new_nonce()
         during = f"`{op}`"
         started = time.perf_counter_ns()
@@ -380,7 +386,9 @@ class RunnerProcess:
         if isinstance(reply, messages.Failed):
             self.close()
             raise EvaluationFailure(reply.reason, reply.message)
+        watched = time.perf_counter()
         self._observe_processes()
+        self.process_watch_s += time.perf_counter() - watched
         return reply, wall
 
     def socket(self) -> socket.socket:

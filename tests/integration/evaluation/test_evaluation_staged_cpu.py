@@ -49,6 +49,10 @@ def test_an_honest_unit_is_correct_on_sets_the_runner_draws_itself(units: Units)
     # every trial and checked call brought the runner's outputs over: a phase of its own, inside those
     phases = report.phases_ms
     assert 0 < phases["fetch"] < phases["trials"] + phases["checks"] + phases.get("screen", 0.0)
+    # the judge's watch between commands, inside the steps: the idle window after each timed reply and
+    # the scan for processes after every reply
+    steps = sum(phases[name] for name in ("runner_start", "inputs", "trials", "timed_runs", "cross_check"))
+    assert 0 < phases["idle_window"] < steps and 0 < phases["process_watch"] < steps
 
 
 def test_sets_get_inputs_cannot_redraw_are_staged_through_the_host(units: Units) -> None:
