@@ -29,6 +29,7 @@ import kernelfoundry
 from kernelfoundry.evaluation import channel, messages, observation, reasons, verification
 from kernelfoundry.evaluation.backends import Backend
 from kernelfoundry.evaluation.reasons import EvaluationFailure
+from kernelfoundry.stack.hardware import physical_memory_bytes
 
 STARTUP_TIMEOUT_S = 180.0
 LOG_TAIL_BYTES = 2000
@@ -104,8 +105,7 @@ def runner_memory_bytes() -> int:
     configured = os.environ.get(RUNNER_MEMORY_ENV, "").strip()
     if configured:
         return max(int(configured), MIN_RUNNER_MEMORY_BYTES)
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return max(int(physical * RUNNER_MEMORY_SHARE), MIN_RUNNER_MEMORY_BYTES)
+    return max(int(physical_memory_bytes() * RUNNER_MEMORY_SHARE), MIN_RUNNER_MEMORY_BYTES)
 
 
 def launch_sandboxed(

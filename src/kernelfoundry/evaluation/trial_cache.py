@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelfoundry.stack.hardware import physical_memory_bytes
+
 MIN_DEFAULT_CAPACITY = 2 << 30
 MAX_DEFAULT_CAPACITY = 16 << 30
 IDLE_S = 120.0  # a task unused this long may be dropped to make room for another's references
@@ -37,8 +39,7 @@ IDLE_S = 120.0  # a task unused this long may be dropped to make room for anothe
 
 def default_capacity() -> int:
     """An eighth of the host's physical memory, within 2 and 16 GiB (the runner may take three quarters)."""
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return min(max(physical // 8, MIN_DEFAULT_CAPACITY), MAX_DEFAULT_CAPACITY)
+    return min(max(physical_memory_bytes() // 8, MIN_DEFAULT_CAPACITY), MAX_DEFAULT_CAPACITY)
 
 
 Fingerprint = tuple[tuple[str, tuple[int, ...], float, float], ...]

@@ -10,6 +10,7 @@ here too, for the judge's input-set budget and the validation's memory check.
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -57,6 +58,11 @@ def host_meminfo() -> dict[str, int]:
             return parse_meminfo(meminfo.read())
     except (OSError, ValueError):
         return {}
+
+
+def physical_memory_bytes() -> int:
+    """This host's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def cpu_target() -> HardwareTarget:

@@ -18,6 +18,7 @@ Deterministic for a given request seed. Never compiles or evaluates.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -224,10 +225,7 @@ def _short_last_rows(graph: Graph) -> bool:
             d0, d1, _ = reduce_range(n, len(shape))
         except UnsupportedGraph:
             return False
-        row = 1
-        for d in shape[d0:d1]:
-            row *= int(d)
-        if d1 != len(shape) or row > SHORT_ROW:
+        if d1 != len(shape) or math.prod(int(d) for d in shape[d0:d1]) > SHORT_ROW:
             return False
     return bool(rowops)
 
