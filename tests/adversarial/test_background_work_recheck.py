@@ -24,12 +24,22 @@ CONTROL = read_attack(ATTACKS / "cpu" / "control_fma.cpp")
 TAIL_NS = 3_000_000  # what a CI host under a benchmark billed an honest control (2.6-2.9 ms)
 
 
-class InflatedRunner(RunnerProcess):
+class EveryWindowRunner(RunnerProcess):
+    """The real runner, every idle window after a timed call watched (the rule's tests count windows)."""
+
+    def __init__(self, argv: tuple[str, ...] | None = None) -> None:
+        super().__init__(backend_for_device("cpu"), "cpu", *(() if argv is None else (argv,)))
+
+    def watch_schedule(self, calls: int) -> None:
+        self.watch_probability = 1.0
+
+
+class InflatedRunner(EveryWindowRunner):
     """The real runner, whose threads besides the main one read TAIL_NS more CPU time from the watched
     windows in `windows` on (counted from 1): in those windows only, or, `lasting`, in every reading after."""
 
     def __init__(self, windows: set[int], lasting: bool = False) -> None:
-        super().__init__(backend_for_device("cpu"), "cpu")
+        super().__init__()
         self.windows, self.lasting = windows, lasting
         self.window = 0
         self.inflating = False
@@ -86,7 +96,27 @@ def test_windows_over_the_allowance_after_two_calls_in_a_row_are_background_work
 def test_a_helper_thread_that_works_after_every_call_is_background_work(arsenal: Arsenal) -> None:
     """Real bursts of 8 ms of CPU after every reply, each over before the re-check window ends."""
     argv = (sys.executable, str(HERE / "bursting_runner.py"))
+    report, _ = run_evaluation(arsenal.request(CONTROL, FAST), lambda: EveryWindowRunner(argv))
+    assert report.reason == reasons.BACKGROUND_WORK, f"{report.reason}: {report.message}"
+
+
+def test_bursts_after_every_call_are_caught_with_windows_watched_at_random(arsenal: Arsenal) -> None:
+    """The judge's own sampling (verification.watch_probability): the same bursts, convicted at the
+    window after the first watched one, which is watched whatever the draw."""
+    argv = (sys.executable, str(HERE / "bursting_runner.py"))
     report, _ = run_evaluation(
         arsenal.request(CONTROL, FAST), lambda: RunnerProcess(backend_for_device("cpu"), "cpu", argv)
     )
     assert report.reason == reasons.BACKGROUND_WORK, f"{report.reason}: {report.message}"
+    assert "two windows in a row" in report.message, report.message
+
+
+def test_an_honest_unit_has_a_share_of_its_windows_watched(arsenal: Arsenal) -> None:
+    report, _ = run_evaluation(
+        arsenal.request(CONTROL, FAST), lambda: RunnerProcess(backend_for_device("cpu"), "cpu")
+    )
+    assert report.correct, f"{report.reason}: {report.message}"
+    counters = report.counters
+    timed = counters["timed_runs"] + counters["warmup_runs"] + counters["screen_runs"]
+    # at least the cross-check's batches (every one watched but the last, whose window ends the runner)
+    assert 2 <= counters["watched_idle_windows"] <= timed + 6, counters

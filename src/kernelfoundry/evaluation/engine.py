@@ -204,6 +204,7 @@ class Evaluation:
             "proxy_escalations": 0,  # ... it could not: the high-precision reference did
             "device_fetches": 0,  # staged outputs read through lent device memory, not the host
             "kept_references": 0,  # trial references the judge had kept from an earlier candidate
+            "watched_idle_windows": 0,  # idle windows after timed replies the judge watched (sampled)
         }
         self.screened = False
         self.phases: dict[str, float] = {}  # seconds of this evaluation per step (report.phases_ms)
@@ -251,10 +252,11 @@ class Evaluation:
         scan for processes the runner started) also shown apart in the phases, inside the step's."""
         runner = self.runner
         assert runner is not None
-        idle, watch = runner.idle_window_s, runner.process_watch_s
+        idle, watch, windows = runner.idle_window_s, runner.process_watch_s, runner.watched_windows
         try:
             return runner.request(op, expected, self.deadline, fds, **fields)
         finally:
+            self.counters["watched_idle_windows"] += runner.watched_windows - windows
             for name, before, after in (
                 ("idle_window", idle, runner.idle_window_s),
                 ("process_watch", watch, runner.process_watch_s),
@@ -881,6 +883,8 @@ class Evaluation:
         first = state.timing_start
         claims: list[int] = []
         walls: list[int] = []
+        assert self.runner is not None
+        self.runner.watch_schedule(len(plan))
         for n, planned in enumerate(plan):
             self.failed_trial = {"shape": state.shape.name, "seed": None, "trial": f"timed call {n}"}
             input_set = state.sets[first + planned.input_set]

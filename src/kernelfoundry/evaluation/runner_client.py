@@ -53,7 +53,6 @@ MAX_OPEN_FILES = 4096
 RUNNER_MEMORY_ENV = "KF_RUNNER_MEMORY_BYTES"
 RUNNER_MEMORY_SHARE = 0.75
 MIN_RUNNER_MEMORY_BYTES = 4 << 30
-IDLE_WATCHED_OPS = frozenset({"call", "batch"})
 # The idle window after a watched reply lasts at least this long before the next command, so that work a
 # unit left running has time to show up as CPU time however quickly the judge moves on (without it the
 # window could be a fraction of a millisecond, and detection depended on the judge's own speed).
@@ -203,7 +202,9 @@ class RunnerProcess:
         self.idle_window_s = 0.0
         self.process_watch_s = 0.0
         self._last_op = "its start"
-        self._watch_idle = False  # only after a timed call or a batch (IDLE_WATCHED_OPS)
+        self._watch_idle = False  # verification.watches_idle: after timed calls (sampled) and batches
+        self.watch_probability = verification.IDLE_WATCH_PROBABILITY
+        self.watched_windows = 0
         self._replied_at = 0.0  # time.monotonic() of the last reply
         self._idle_suspect = False  # the last watched window was over its allowance, its re-check idle
         self.notes: list[str] = []  # for the report: suspicions that the re-check cleared
@@ -258,6 +259,10 @@ class RunnerProcess:
         return leftovers
 
     # ---- commands ----------------------------------------------------------------------------------
+    def watch_schedule(self, calls: int) -> None:
+        """The next `calls` timed calls are one schedule: their idle windows are watched at its rate."""
+        self.watch_probability = verification.watch_probability(calls)
+
     def _observe_idle(self) -> None:
         # Only the idle time after timed work is watched: that is where work left running would be
         # missing from a claim. After `load` or `bind` a device runtime legitimately keeps starting up
@@ -265,6 +270,7 @@ class RunnerProcess:
         # lazy module loading may still run; neither overlaps a timed call's claim.
         if self._cpu_at_reply is None or not self._watch_idle:
             return
+        self.watched_windows += 1
         remaining = self._replied_at + MIN_IDLE_WINDOW_S - time.monotonic()
         if remaining > 0:
             time.sleep(remaining)
@@ -365,7 +371,10 @@ class RunnerProcess:
             channel.send(self._sock, messages.command(op, nonce, **fields), fds)
             data = channel.receive(self._sock, deadline)
             wall = time.perf_counter_ns() - started
-            self._cpu_at_reply = self._cpu_now()
+            watch = verification.watches_idle(
+                op, bool(fields.get("trial", False)), self._idle_suspect, self.watch_probability
+            )
+            self._cpu_at_reply = self._cpu_now() if watch else None
             self._replied_at = time.monotonic()
             reply = messages.parse_reply(data, expected, nonce)
             if channel.pending(self._sock):
@@ -382,7 +391,7 @@ class RunnerProcess:
             raise EvaluationFailure(reasons.RUNNER_PROTOCOL_VIOLATION, f"after {during}: {exc}") from None
         self._last_op = op
         self._last_claim_ns = int(getattr(reply, "claimed_ns", 0))
-        self._watch_idle = op in IDLE_WATCHED_OPS and not fields.get("trial", False)
+        self._watch_idle = watch
         if isinstance(reply, messages.Failed):
             self.close()
             raise EvaluationFailure(reply.reason, reply.message)

@@ -50,6 +50,19 @@ over within the first window and does not come back call after call, while work 
 again in the re-check (a spinning thread) and work started after every reply shows again after the next
 call (bursts that end before the re-check). What escapes: work after at most every other call that ends
 inside its first window, which can speed up at most half the timed calls (Rule 2 bounds any claim).
+
+Not every window is watched (`watches_idle`): the judge decides at each timed reply, at random with
+the schedule's `watch_probability` (1/4 for a hundred calls, more for fewer), whether to watch the
+window after it (a wait of at least runner_client's
+MIN_IDLE_WINDOW_S and two reads of the runner's threads, on the H200 a third of a level-2 timed call's
+fixed cost); it always watches after a batch and after a window over its allowance. The runner learns
+whether a window was watched only once it is over (from when the next command comes), so work it leaves
+running shows in every watched window: work still running convicts at the first (in its re-check, or
+after a batch of the cross-check, every batch being watched), and work after more than half the calls
+shows after the window that follows a suspect one with the probability that the next call was one of
+them: with 100 timed calls and work after 60% of them, about 15 suspect windows, each convicting with
+probability 0.6, missed together with probability 0.4 ** 15 (1e-6). The escape is the one above, no
+larger: work after at most every other call.
 """
 
 from __future__ import annotations
@@ -73,6 +86,9 @@ BATCH_REPEATS = 3
 IDLE_CPU_BASE_NS = 1_000_000
 IDLE_MAIN_THREAD_BASE_NS = 10_000_000
 IDLE_CPU_SHARE = 0.25
+IDLE_WATCHED_OPS = frozenset({"call", "batch"})
+IDLE_WATCH_PROBABILITY = 0.25  # the least a schedule of timed calls gets (watch_probability)
+IDLE_WATCH_MISS = 1e-9  # the chance a schedule may leave work after every call unseen
 
 
 @dataclass(frozen=True)
@@ -277,6 +293,27 @@ class IdleExcess:
             f"{context}{also}, while it should have been idle (allowed {self.allowed_ns / 1e6:.3f} ms): work "
             "left running after the call"
         )
+
+
+def watch_probability(calls: int) -> float:
+    """The probability of watching each idle window of a schedule of `calls` timed calls: work after
+    every call convicts once a watched window is followed by another call (the window after it is then
+    watched too), missed when none of the first calls - 1 windows is watched; at least
+    IDLE_WATCH_PROBABILITY, and enough that this miss is at most IDLE_WATCH_MISS (100 calls: 0.25, 35:
+    0.46, 13: 0.82)."""
+    if calls < 2:
+        return 1.0
+    needed = 1.0 - IDLE_WATCH_MISS ** (1.0 / (calls - 1))
+    return min(1.0, max(IDLE_WATCH_PROBABILITY, needed))
+
+
+def watches_idle(op: str, trial: bool, suspect: bool, probability: float = IDLE_WATCH_PROBABILITY) -> bool:
+    """Whether the judge watches the idle window after this reply (module docstring, "Background
+    work"): never after a trial call or an op other than a timed call or a batch; always after a batch
+    and after a window over its allowance (`suspect`); else with `probability`, drawn now."""
+    if op not in IDLE_WATCHED_OPS or trial:
+        return False
+    return op == "batch" or suspect or _draw(probability)
 
 
 def idle_excess(idle_cpu_ns: int, last_claim_ns: int, main_thread_ns: int = 0) -> IdleExcess | None:

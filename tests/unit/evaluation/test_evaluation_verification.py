@@ -79,6 +79,40 @@ def test_idle_cpu_over_the_allowance_is_background_work() -> None:
     assert caught.value.reason == reasons.BACKGROUND_WORK
 
 
+def test_only_timed_calls_and_batches_have_their_idle_window_watched() -> None:
+    for op in ("load", "bind", "idle", "fetch", "probe"):
+        assert not verification.watches_idle(op, trial=False, suspect=True, probability=1.0)
+    assert not verification.watches_idle("call", trial=True, suspect=True, probability=1.0)
+    assert verification.watches_idle("call", trial=False, suspect=False, probability=1.0)
+
+
+def test_a_batch_and_the_window_after_a_suspect_one_are_always_watched() -> None:
+    assert verification.watches_idle("batch", trial=False, suspect=False, probability=0.0)
+    assert verification.watches_idle("call", trial=False, suspect=True, probability=0.0)
+    assert not verification.watches_idle("call", trial=False, suspect=False, probability=0.0)
+
+
+def test_timed_windows_are_watched_at_the_given_rate() -> None:
+    draws = 20_000
+    watched = sum(verification.watches_idle("call", False, False, 0.25) for _ in range(draws))
+    # six standard deviations (0.0031 each) either side: a false alarm once in ~10^9 runs
+    assert abs(watched / draws - 0.25) < 0.019, watched
+
+
+@pytest.mark.parametrize("calls", [2, 3, 13, 35, 105, 1000])
+def test_a_schedule_watches_often_enough_to_see_work_after_every_call(calls: int) -> None:
+    probability = verification.watch_probability(calls)
+    assert verification.IDLE_WATCH_PROBABILITY <= probability <= 1.0
+    # work after every call is missed only when none of the first calls - 1 windows is watched
+    assert (1.0 - probability) ** (calls - 1) <= verification.IDLE_WATCH_MISS * 1.0001
+
+
+def test_long_schedules_watch_a_quarter_of_their_windows_short_ones_more() -> None:
+    assert verification.watch_probability(105) == verification.IDLE_WATCH_PROBABILITY
+    assert 0.4 < verification.watch_probability(35) < 0.5
+    assert verification.watch_probability(1) == 1.0
+
+
 def test_the_main_thread_has_room_for_the_interpreter_after_a_reply_but_not_for_a_kernel() -> None:
     verification.check_idle_cpu(0, 0, "`call`", main_thread_ns=2_000_000)  # bookkeeping, a collection
     with pytest.raises(EvaluationFailure) as caught:
