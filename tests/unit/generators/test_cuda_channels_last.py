@@ -83,3 +83,16 @@ def test_tiling_toggles_the_channels_last_tail_on_cuda() -> None:
         "b", task, "cuda", parent=ParentKernel(child.source, child.strategy, 1.0, 1.0), mutation="tiling"
     )
     assert '"channels_last": false' in generator.generate_sync(back).candidates[0].source.code
+
+
+@pytest.mark.parametrize("name", sorted(APPLIES))
+def test_the_channels_last_tail_is_in_the_first_generation_beside_the_nchw_seed(name: str) -> None:
+    """Second of the seeds (a first generation of two evaluates it): cuDNN converts NCHW tensors to
+    NHWC and back around its float32 conv, which this seed does not pay."""
+    from kernelfoundry.generators.base import GenerationRequest
+
+    task = conv_task("t", *APPLIES[name])
+    seeds = HeuristicGenerator().generate_sync(GenerationRequest("g", task, "cuda", count=2)).candidates
+    assert len(seeds) == 2
+    assert '"channels_last": false' in seeds[0].source.code
+    assert '"channels_last": true' in seeds[1].source.code, [s.rationale for s in seeds]

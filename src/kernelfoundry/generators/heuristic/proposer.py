@@ -203,9 +203,12 @@ def cuda_seeds(
         seeds.append((Variant(vectorize=False), "fused, scalar grid-stride loops (no alignment needed)"))
     if channels_last_applies(graph, "cuda"):
         # torch.compile's layout: cuDNN's conv on channels-last tensors, the tail reading NHWC and writing
-        # NCHW through a tile. Late: on level2/4 it lost to the NCHW seed (6.28 ms vs 5.97; torch's
-        # conversion of the input to NHWC costs what the conv gains), `tiling` reaches it
-        seeds.append((Variant(channels_last=True), CUDA_CHANNELS_LAST))
+        # NCHW through a tile. Second, beside the NCHW seed: cuDNN runs float32 convs in NHWC and on NCHW
+        # tensors converts around them (the H200 probe of bench/results/h200_2026-12-03_pipeline: on
+        # level2/25 0.42 ms in and 1.13 ms out around a 1.55 ms conv), which this seed does not pay; it
+        # lost to the NCHW seed on level2/4 (6.28 ms vs 5.97) only while torch's own NHWC copy of the input
+        # (about three times torch.compile's) and cuDNN's bias pass were in it (since e6575b0, 9e78441)
+        seeds.insert(1, (Variant(channels_last=True), CUDA_CHANNELS_LAST))
     return [*seeds, direct]
 
 
