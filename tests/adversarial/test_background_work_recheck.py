@@ -102,13 +102,12 @@ def test_a_helper_thread_that_works_after_every_call_is_background_work(arsenal:
 
 def test_bursts_after_every_call_are_caught_with_windows_watched_at_random(arsenal: Arsenal) -> None:
     """The judge's own sampling (verification.watch_probability): the same bursts, convicted at the
-    window after the first watched one, which is watched whatever the draw."""
+    first watched window's re-check or at the window after it, which is watched whatever the draw."""
     argv = (sys.executable, str(HERE / "bursting_runner.py"))
     report, _ = run_evaluation(
         arsenal.request(CONTROL, FAST), lambda: RunnerProcess(backend_for_device("cpu"), "cpu", argv)
     )
     assert report.reason == reasons.BACKGROUND_WORK, f"{report.reason}: {report.message}"
-    assert "two windows in a row" in report.message, report.message
 
 
 def test_an_honest_unit_has_a_share_of_its_windows_watched(arsenal: Arsenal) -> None:
