@@ -477,6 +477,35 @@ __global__ void __launch_bounds__({bx * by}) {e}_dw(const {e}_p p) {{
     return kernels, launch
 
 
+def _per_output_head(e: str, name: str) -> str:
+    """A thread-per-output conv kernel's opening: its grid-stride loop over the outputs and each
+    output's (ow, oh, od) position, `r` left at (image, output channel)."""
+    return f"""__global__ void __launch_bounds__(256) {e}_{name}(const {e}_p p, int64_t total) {{
+  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
+  const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
+  const int64_t cig = p.C / p.G, cog = p.CO / p.G;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {{
+    const int ow = (int)(i % OW);
+    int64_t r = i / OW;
+    const int oh = (int)(r % OH);
+    r /= OH;
+    const int od = (int)(r % OD);
+    r /= OD;"""
+
+
+def _per_output_launch(e: str, name: str, kernel: tuple[int, int, int]) -> str:
+    """The entry's launch of a thread-per-output conv kernel, its filter size checked against the baked."""
+    kd, kh, kw = kernel
+    return f"""  (void)cols;
+  if (items <= 0 || p.out[2] <= 0) return KF_OK;
+  if (p.k[0] != {kd} || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
+  cudaStream_t st = (cudaStream_t)stream;
+  const int64_t total = items * p.out[2], nb = (total + 255) / 256;
+  {e}_{name}<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p, total);
+{_CHECK}"""
+
+
 def _conv(k: OpKernel, e: str) -> tuple[str, str]:
     p = k.params
     kd, kh, kw = p["kernel"]
@@ -488,18 +517,7 @@ def _conv(k: OpKernel, e: str) -> tuple[str, str]:
     kernels = f"""/* Direct convolution: one thread per output (neighbours on neighbouring output columns, so
    input reads coalesce and the filter tap is one broadcast), the sum in a register. Filter
    {kd}x{kh}x{kw}, stride {sd}x{sh}x{sw}, padding {pd}x{ph}x{pw}, dilation {dd}x{dh}x{dw}: baked. */
-__global__ void __launch_bounds__(256) {e}_direct(const {e}_p p, int64_t total) {{
-  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
-  const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
-  const int64_t cig = p.C / p.G, cog = p.CO / p.G;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)gridDim.x * blockDim.x) {{
-    const int ow = (int)(i % OW);
-    int64_t r = i / OW;
-    const int oh = (int)(r % OH);
-    r /= OH;
-    const int od = (int)(r % OD);
-    r /= OD;
+{_per_output_head(e, "direct")}
     const int64_t co = r % p.CO, n = r / p.CO, g = co / cog;
     const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};
     float acc = p.b ? __ldg(p.b + co) : 0.0f;
@@ -526,13 +544,7 @@ __global__ void __launch_bounds__(256) {e}_direct(const {e}_p p, int64_t total) 
     p.o[i] = acc;
   }}
 }}"""
-    launch = f"""  (void)cols;
-  if (items <= 0 || p.out[2] <= 0) return KF_OK;
-  if (p.k[0] != {kd} || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
-  cudaStream_t st = (cudaStream_t)stream;
-  const int64_t total = items * p.out[2], nb = (total + 255) / 256;
-  {e}_direct<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p, total);
-{_CHECK}"""
+    launch = _per_output_launch(e, "direct", (kd, kh, kw))
     return kernels, launch
 
 
@@ -546,18 +558,7 @@ def _conv_transpose(k: OpKernel, e: str) -> tuple[str, str]:
     kernels = f"""/* Transposed convolution as a gather: one thread per output, the taps whose input position
    divides by the stride, the sum in a register. Filter {kd}x{kh}x{kw}, stride {sd}x{sh}x{sw},
    padding {pd}x{ph}x{pw}, dilation {dd}x{dh}x{dw}: baked. */
-__global__ void __launch_bounds__(256) {e}_gather(const {e}_p p, int64_t total) {{
-  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
-  const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
-  const int64_t cig = p.C / p.G, cog = p.CO / p.G;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)gridDim.x * blockDim.x) {{
-    const int ow = (int)(i % OW);
-    int64_t r = i / OW;
-    const int oh = (int)(r % OH);
-    r /= OH;
-    const int od = (int)(r % OD);
-    r /= OD;
+{_per_output_head(e, "gather")}
     const int64_t co = r % p.CO, n = r / p.CO, g = co / cog, cj = co % cog;
     float acc = p.b ? __ldg(p.b + co) : 0.0f;
     for (int64_t ci = 0; ci < cig; ++ci) {{
@@ -585,13 +586,7 @@ __global__ void __launch_bounds__(256) {e}_gather(const {e}_p p, int64_t total) 
     p.o[i] = acc;
   }}
 }}"""
-    launch = f"""  (void)cols;
-  if (items <= 0 || p.out[2] <= 0) return KF_OK;
-  if (p.k[0] != {kd} || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
-  cudaStream_t st = (cudaStream_t)stream;
-  const int64_t total = items * p.out[2], nb = (total + 255) / 256;
-  {e}_gather<<<(unsigned)(nb < 1048576 ? nb : 1048576), 256, 0, st>>>(p, total);
-{_CHECK}"""
+    launch = _per_output_launch(e, "gather", (kd, kh, kw))
     return kernels, launch
 
 
