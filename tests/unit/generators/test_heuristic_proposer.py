@@ -90,6 +90,23 @@ def test_softmax_epilogue_is_fused_into_the_row_step() -> None:
     assert steps[0].epilogue
 
 
+def test_a_values_and_indices_pair_whose_values_are_lowered_leaves_no_torch_node() -> None:
+    """torch.min(x, dim)[0] lowers to amin: the pair it came from, unused, would split the generated
+    nodes around it into two parts with a materialised intermediate between."""
+    source = (
+        "import torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.tanh(torch.min(x * 2.0, dim=1, keepdim=True)[0])\n"
+        "def get_inputs():\n    return [torch.randn(2, 5, 3, 4)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    graph = capture(Task("pair", source, shapes=(ShapeVariant("s"),)))
+    assert [n.op for n in graph.nodes if n.kind in ("other", "heavy")] == []
+    parts = partition(graph, fuse=True)
+    assert len(parts) == 1 and [s.kind for s in parts[0].steps] == ["reduction", "pointwise"]
+
+
 def test_heavy_ops_split_the_graph_into_parts_called_from_glue() -> None:
     graph = capture(small_task("level2_conv_bias_relu", batch_size=1, height=8, width=8))
     parts = partition(graph, fuse=True)

@@ -304,6 +304,10 @@ def _lower(gm: Any, inputs: Sequence[Any]) -> Graph:
             _lower_call(n, op, ref, add, alias, synth, shapes)
         except UnsupportedGraph:
             add_torch(n, op)
+    # A (values, indices) pair whose every item was lowered (values as amax / amin) is dead: kept, it
+    # would split the generated nodes around it into two parts (a materialised intermediate between)
+    read = {a.name for n in nodes for a in n.args if isinstance(a, Ref)} | set(outputs)
+    nodes = [n for n in nodes if n.name not in pairs or n.name in read]
     constants = {q: b.tolist() for q, b in traced_constants.items() if b.numel() <= 4096}
     # A traced constant every use of which was baked as a number is no input: the reference's
     # state (what a unit without glue is called with) does not hold it.
