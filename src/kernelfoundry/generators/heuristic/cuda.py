@@ -185,6 +185,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
 
     def step(self, step: Step) -> list[str]:
         self.counter += 1
+        self._enter(step)
         if step.kind == "pointwise":
             return self.pointwise(step)
         if step.kind == "reduction":
@@ -480,7 +481,10 @@ class CudaEmitter(RowKernels, ColumnKernels):
         params, args, pre, loads = self._row_params(leaves, "base + j")
         body, val = emit(g, step, src, lambda leaf: loads[leaf], indent="    ")
         vec = self.variant.vectorize and self.variant.fuse
-        vec_param = ", int vec" if vec else ""
+        # the float4 paths that index positions their own way (rows, fused rows, fused float4 columns):
+        # not where a leaf is read by the position `j` (plan.axis_leaf); plain float4 columns name it
+        vec_paths = vec and not self._read_by_position(leaves)
+        vec_param = ", int vec" if vec_paths else ""
         k = [f"__global__ void {kname}_rows(int64_t outer, int64_t R, int splits{vec_param},"
              " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
         k.append("  __shared__ float kf_scratch[1024 + 33];")
@@ -491,14 +495,14 @@ class CudaEmitter(RowKernels, ColumnKernels):
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
         k.append("    const int64_t base = o * R;")
         sweep = _RowSweep("threadIdx.x", "blockDim.x", "lo + threadIdx.x", "hi", "vec && splits == 1")
-        if atomic and vec:
+        if atomic and vec_paths:
             # a split's share of the row in float4 units, so that split rows stream float4 too
             k.append(
                 "    const int64_t n4all = R >> 2, per4 = (n4all + splits - 1) / splits, lo4 = part * per4;"
             )
             k.append("    const int64_t hi4 = lo4 + per4 < n4all ? lo4 + per4 : n4all;")
             sweep = _RowSweep("threadIdx.x", "blockDim.x", "lo + threadIdx.x", "hi", "vec", ("lo4", "hi4"))
-        k += self._row_accumulate(step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep)
+        k += self._row_accumulate(step, src, leaves, loads, body, val, init, comb, code, op, vec_paths, sweep)
         scale = " / (float)R" if op == "mean" else ""
         if atomic:
             k.append(f"    if (threadIdx.x == 0) atomicAdd(&out[o], acc{scale});")
@@ -523,7 +527,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             try:
                 sweep = _RowSweep("lane", "32", "lane", "R", "vec")
                 k += self._row_accumulate(
-                    step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep
+                    step, src, leaves, loads, body, val, init, comb, code, op, vec_paths, sweep
                 )
             finally:
                 self._lanes = False
@@ -575,10 +579,10 @@ class CudaEmitter(RowKernels, ColumnKernels):
             for warp in (False, True) if warp_rows else (False,):
                 k += self._fused_rows_kernel(
                     kname, step, src, leaves, consumer, params, pre, loads, body, val, init, comb, code, op,
-                    vec, warp,
+                    vec_paths, warp,
                 )  # fmt: skip
             k += self._fused_cols_kernel(kname, step, consumer, params2, pre2, body2, val2, init, comb, scale)
-            if vec:
+            if vec_paths:
                 k += self._fused_cols_kernel4(
                     kname, step, src, leaves, consumer, params2, pre2, loads2, init, comb, scale
                 )
@@ -607,7 +611,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             out.append("      const int splits = 1;")
         out.append("      const int64_t nb = outer * splits < 65535 * 8 ? outer * splits : 65535 * 8;")
         varg = ""
-        if vec:
+        if vec_paths:
             out.append(f"      const int vec = {self._vec_ok(leaves, whole_rows=atomic)};")
             varg = ", vec"
         launch = (
@@ -618,7 +622,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             # the reduction and its broadcast consumer in one kernel: each row is read back right after
             # its reduction (from L2, or L1 for short rows), not after every row's reduction
             fvarg = ""
-            if vec:
+            if vec_paths:
                 full = [
                     ptr(leaf.name)
                     for leaf in self._consumer_leaves(step, consumer)
@@ -662,7 +666,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
         else:
             out.append("      const int csplits = 1;")
         a2 = "".join(", " + x for x in args2)
-        if consumer is not None and vec:
+        if consumer is not None and vec_paths:
             full = [
                 ptr(leaf.name) for leaf in self._consumer_leaves(step, consumer) if not self._is_scalar(leaf)
             ]
@@ -744,8 +748,11 @@ class CudaEmitter(RowKernels, ColumnKernels):
             + "".join(", " + p for p in params)
             + ")"
         )
-        # float4 passes over rows that do not fit registers (or when no variant keeps them there)
-        rvec = (step, src, leaves, loads) if self.variant.vectorize and self.variant.fuse else None
+        # float4 passes over rows that do not fit registers (or when no variant keeps them there); not
+        # where a leaf is read by the element's position (plan.axis_leaf): those name it their own way
+        positional = self._read_by_position(leaves)
+        float4 = self.variant.vectorize and self.variant.fuse and not positional
+        rvec = (step, src, leaves, loads) if float4 else None
         self.kernels.append(
             self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, False, rvec)
         )
@@ -757,11 +764,7 @@ class CudaEmitter(RowKernels, ColumnKernels):
             self.kernels.append(
                 self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, True, rvec)
             )
-        vec = (
-            self.variant.vectorize
-            and self.variant.fuse
-            and (self.variant.cache_rows or self.variant.row_warps)
-        )
+        vec = float4 and (self.variant.cache_rows or self.variant.row_warps)
         if vec:
             for warp in (True, False) if self.variant.row_warps else (False,):
                 if not warp and not self.variant.cache_rows:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernelfoundry.generators.heuristic.entry import ptr
+from kernelfoundry.generators.heuristic.entry import ptr, shp
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
-from kernelfoundry.generators.heuristic.plan import Leaf, Step
+from kernelfoundry.generators.heuristic.plan import AxisLeaf, Leaf, Step, axis_leaf
 from kernelfoundry.generators.heuristic.stepexpr import emit
 from kernelfoundry.generators.heuristic.variant import Variant
 
@@ -26,6 +26,25 @@ class EmitterBase:
         self._lanes = False  # reductions across one warp's lanes (warp-per-row kernels)
         self._steps: list[Step] = []  # the part being emitted, for fusion across adjacent steps
         self._fused_into: dict[str, tuple[str, int]] = {}  # pointwise out -> (reduction input, d1)
+        # the reduction / row op being emitted: its leaves that vary along one dim (plan.axis_leaf)
+        self._axis_leaves: dict[Leaf, AxisLeaf] = {}
+
+    def _enter(self, step: Step) -> None:
+        """A step's emission begins: which of its leaves vary along one dim of its input only."""
+        self._axis_leaves = {}
+        src = step.root.args[0] if step.root.args else None
+        if step.kind == "pointwise" or not isinstance(src, Ref):
+            return
+        xshape = self.graph.shapes[src.name]
+        for leaf in step.prologue_leaves(self.graph):
+            along = axis_leaf(self.graph, leaf, step.root, xshape)
+            if along is not None:
+                self._axis_leaves[leaf] = along
+
+    def _read_by_position(self, leaves: list[Leaf]) -> bool:
+        """Whether a leaf is read by the position `j` in the reduced range: rows then run element by
+        element (their float4 paths name positions otherwise)."""
+        return any(self._axis_leaves[leaf].by != "o" for leaf in leaves if leaf in self._axis_leaves)
 
     def _launch_check(self) -> list[str]:
         return ["    if (cudaGetLastError() != cudaSuccess) { rc = KF_ERR_LAUNCH; goto kf_done; }"]
@@ -39,7 +58,16 @@ class EmitterBase:
                 n *= d
             params.append(f"const float* __restrict__ {ptr(leaf.name)}")
             args.append(ptr(leaf.name))
-            if n == 1:
+            if leaf in self._axis_leaves:
+                # element (<o or j> / s) % n (every row kernel names its row `o`, every scalar sweep its
+                # position `j`); s and n from the input `X` in scope at the launch, n the leaf's own
+                # size (never out of it)
+                along = self._axis_leaves[leaf]
+                params += [f"int64_t a{k}s", f"int64_t a{k}n"]
+                size = f"kf_prod(&{shp(leaf.name)}, 0, {shp(leaf.name)}.nd)"
+                args += [f"kf_prod(&X, {along.axis + 1}, {along.end})", size]
+                loads[leaf] = f"{ptr(leaf.name)}[{_axis_index(along, k)}]"
+            elif n == 1:
                 pre.append(f"  const float c{k} = {ptr(leaf.name)}[0];")
                 loads[leaf] = f"c{k}"
             else:
@@ -53,7 +81,7 @@ class EmitterBase:
             n = 1
             for d in self.graph.shapes[leaf.name]:
                 n *= d
-            if n > 1:
+            if n > 1 and leaf not in self._axis_leaves:
                 out.append((k, leaf))
         return out
 
@@ -95,6 +123,14 @@ class EmitterBase:
 # The elements of a row before its first 16-byte boundary (operands' base pointers are aligned, so
 # element `base` of every full operand sits at the same offset from one)
 ROW_HEAD = "const int64_t lead = (4 - (base & 3)) & 3, head = lead < R ? lead : R;"
+
+
+def _axis_index(along: AxisLeaf, k: int) -> str:
+    """The element of axis leaf k that the current element reads (a group norm's kernels take G, C and
+    HW, and refuse rows of 2^31 elements or more: 32-bit division)."""
+    if along.by == "channel":
+        return "(o % G) * (C / G) + (int64_t)((uint32_t)j / (uint32_t)HW)"
+    return f"({along.by} / a{k}s) % a{k}n"
 
 
 def _numel_of(shape: tuple[int, ...]) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, UnsupportedGraph
-from kernelfoundry.generators.heuristic.plan import Part, Step
+from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
+from kernelfoundry.generators.heuristic.plan import Part, Step, reduce_range
 
 
 def ptr(name: str) -> str:
@@ -19,28 +19,6 @@ def ptr(name: str) -> str:
 
 def shp(name: str) -> str:
     return f"s_{name}"
-
-
-def reduce_range(node: OpNode, rank: int) -> tuple[int, int, bool]:
-    """[d0, d1) reduced (or normalised) by a reduction / rowop, and keepdim; must be contiguous."""
-    a = node.attrs
-    if node.op in ("softmax", "log_softmax"):
-        d = int(a.get("dim", -1) if a.get("dim") is not None else -1)
-        d = d + rank if d < 0 else d
-        return d, d + 1, True
-    if node.op == "layer_norm":
-        k = len(a["normalized_shape"])
-        return rank - k, rank, True
-    if node.op == "group_norm":
-        return 1, rank, True
-    dim = a.get("dim")
-    keep = bool(a.get("keepdim", False))
-    if dim is None:
-        return 0, rank, keep
-    dims = sorted({(int(d) + rank) % rank for d in (dim if isinstance(dim, list | tuple) else [dim])})
-    if dims != list(range(dims[0], dims[-1] + 1)):
-        raise UnsupportedGraph(f"`{node.name}` reduces non-adjacent dimensions {dims}")
-    return dims[0], dims[-1] + 1, keep
 
 
 def entry_point(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
-from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, Shape
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, Shape, UnsupportedGraph
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,72 @@ def partition(graph: Graph, fuse: bool, single_entry: str = "kf_forward") -> lis
     return result
 
 
+def reduce_range(node: OpNode, rank: int) -> tuple[int, int, bool]:
+    """[d0, d1) reduced (or normalised) by a reduction / rowop, and keepdim; must be contiguous."""
+    a = node.attrs
+    if node.op in ("softmax", "log_softmax"):
+        d = int(a.get("dim", -1) if a.get("dim") is not None else -1)
+        d = d + rank if d < 0 else d
+        return d, d + 1, True
+    if node.op == "layer_norm":
+        k = len(a["normalized_shape"])
+        return rank - k, rank, True
+    if node.op == "group_norm":
+        return 1, rank, True
+    dim = a.get("dim")
+    keep = bool(a.get("keepdim", False))
+    if dim is None:
+        return 0, rank, keep
+    dims = sorted({(int(d) + rank) % rank for d in (dim if isinstance(dim, list | tuple) else [dim])})
+    if dims != list(range(dims[0], dims[-1] + 1)):
+        raise UnsupportedGraph(f"`{node.name}` reduces non-adjacent dimensions {dims}")
+    return dims[0], dims[-1] + 1, keep
+
+
+def row_lead(node: OpNode, xshape: Shape) -> int:
+    """How many leading dims of a reduction's or row op's input index its rows (their product is the
+    row count): those before the reduced range; a group norm's rows are (image, group), one channel
+    each where there are as many groups as channels (an instance norm)."""
+    if node.op == "group_norm":
+        return 2 if len(xshape) > 1 and int(node.attrs["num_groups"]) == int(xshape[1]) else 1
+    return reduce_range(node, len(xshape))[0]
+
+
+@dataclass(frozen=True)
+class AxisLeaf:
+    """A leaf of a reduction or row op that varies along one dim `axis` of its input only (a per-channel
+    bias, a per-column scale): read at `(<by> / prod(xshape[axis + 1:end])) % xshape[axis]`, where `by`
+    is the row `o` (the axis indexes rows: one value a row) or the position `j` within the reduced
+    range (the axis is reduced: a softmax or a min over the channels)."""
+
+    axis: int
+    by: str  # "o", "j", or "channel": a group norm's channel, from its row and position
+    end: int  # the dims after the axis up to `end` divide the row or the position
+
+
+def axis_leaf(graph: Graph, leaf: Leaf, node: OpNode, xshape: Shape) -> AxisLeaf | None:
+    """How a reduction's or row op's (`node`, input shape `xshape`) leaf that varies along one dim
+    only is read, or None (a full-shape or one-element leaf, or one read otherwise): by the row where
+    the dim indexes rows, else by the position `j` in the reduced range (every kernel of a reduction or
+    a row op names each element's position so), or, the channels of a group norm of several channels a
+    group, by the channel its row and position make."""
+    shape = tuple(graph.shapes[leaf.name]) + (1,) * leaf.trail
+    if len(shape) > len(xshape) or _numel(shape) <= 1:
+        return None
+    shape = (1,) * (len(xshape) - len(shape)) + shape
+    varying = [d for d, n in enumerate(shape) if n != 1]
+    if len(varying) != 1 or shape[varying[0]] != xshape[varying[0]] or shape == tuple(xshape):
+        return None
+    axis = varying[0]
+    lead = row_lead(node, xshape)
+    if axis < lead:
+        return AxisLeaf(axis, "o", lead)
+    if node.op == "group_norm":
+        return AxisLeaf(axis, "channel", len(xshape)) if axis == 1 else None
+    d0, d1, _ = reduce_range(node, len(xshape))
+    return AxisLeaf(axis, "j", d1) if d0 <= axis < d1 else None
+
+
 def _numel(shape: Shape) -> int:
     n = 1
     for d in shape:
@@ -157,8 +223,10 @@ def plan_steps(graph: Graph, part: Part, fuse: bool) -> list[Step]:
             continue
         cone = _cone(graph, src.name, mat - {src.name}, names)
         probe = Step(r.kind, r.name, r, cone)
+        xshape = graph.shapes[src.name]
         if not all(
-            _full_or_scalar(graph, leaf, graph.shapes[src.name]) for leaf in probe.prologue_leaves(graph)
+            _full_or_scalar(graph, leaf, xshape) or axis_leaf(graph, leaf, r, xshape) is not None
+            for leaf in probe.prologue_leaves(graph)
         ):
             mat.add(src.name)
     # Epilogue fusion: a rowop whose value flows only through same-shape pointwise nodes into one sink.
