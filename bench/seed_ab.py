@@ -8,6 +8,9 @@ so machine noise hits both alike. A seed's time is the median of its evaluations
 table and writes the rows as JSON, with the commit measured, to `--out`.
 
     .venv/bin/python bench/seed_ab.py --base HEAD~1 --match kf_gemm_tile level2_gemm_log_softmax
+
+A task given as a path to a .py file is a KernelBench file, taken unchanged (on the CPU at the reduced
+sizes of kernelfoundry.tasks.scaling, as bench/kernelbench.py runs it).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernelbench import prepare as kernelbench_task
 from provenance import measured_commit
 from suite_bench import ROOT, make_task
 
@@ -86,7 +90,8 @@ def ab_row(row: dict[str, Any], reports: dict[str, list[EvaluationReport]]) -> d
 def compare(
     path: Path, tree: Path, args: argparse.Namespace, cache: BuildCache, worker: EvaluationWorker
 ) -> dict[str, Any]:
-    task = make_task(path, args.backend)
+    suite = path.parent == ROOT / "tasks"
+    task = make_task(path, args.backend) if suite else kernelbench_task(path, args.backend)
     row: dict[str, Any] = {"task": path.stem, "match": args.match}
     sources = {
         "base": base_seed(tree, task, args.backend, args.match),
@@ -114,7 +119,7 @@ def compare(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tasks", nargs="+", help="task names (file stems under tasks/)")
+    ap.add_argument("tasks", nargs="+", help="task names (file stems under tasks/) or KernelBench .py files")
     ap.add_argument("--base", required=True, help="git revision to compare the working tree with")
     ap.add_argument("--match", required=True, help="text that picks the seed (first seed containing it)")
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
@@ -135,7 +140,9 @@ def main() -> None:
             rows = []
             print(f"{'task':36s} {'base ms':>9s} {'new ms':>9s} {'base/new':>9s}")
             for name in args.tasks:
-                row = compare(ROOT / "tasks" / f"{name}.py", tree, args, cache, worker)
+                path = Path(name).resolve() if name.endswith(".py") else ROOT / "tasks" / f"{name}.py"
+                row = compare(path, tree, args, cache, worker)
+                name = path.stem[:36]
                 rows.append(row)
                 if "error" in row:
                     print(f"{name:36s} {row['error']}")
