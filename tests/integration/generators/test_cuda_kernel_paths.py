@@ -221,8 +221,8 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "(self.fc(x) * self.s).sum(dim=1, keepdim=True)",
         "torch.randn(3, 8)",
     ),
-    # ... or by its channel in a group norm of several channels a group (long rows: split over blocks,
-    # float4), by the position in a layer norm's or a row softmax's row
+    # ... by the position in a layer norm's or a row softmax's row; a group norm of several channels a
+    # group reads its per-channel operand written out first (long rows: split over blocks, float4)
     "conv_bias_group_norm_long_rows": (
         "        self.conv = nn.Conv2d(3, 8, 3)",
         "x",

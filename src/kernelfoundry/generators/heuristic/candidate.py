@@ -94,7 +94,8 @@ def descriptors_for(
     has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
     unbiased = unbias_convs(graph)
     nhwc = variant.channels_last and (
-        channels_last_source(unbiased, partition(unbiased, variant.fuse), "cuda") is not None
+        channels_last_source(unbiased, partition(unbiased, variant.fuse, axis_leaves=True), "cuda")
+        is not None
     )
     # row kernels stage their block reduction in __shared__ scratch, a channels-last tail its transpose;
     # pointwise kernels use float4
@@ -139,7 +140,7 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         graph = unbias_convs(graph)
     if fuse:
         graph = lower_attention(graph)
-    parts = partition(graph, fuse)
+    parts = partition(graph, fuse, axis_leaves=backend == "cuda")
     if not parts:
         return _op_kernel_source(graph, backend, header)
     if backend == "cpu":

@@ -27,7 +27,7 @@ from kernelfoundry.generators.heuristic.layout import (
     channels_last_entry,
     channels_last_source,
 )
-from kernelfoundry.generators.heuristic.plan import AxisLeaf, Leaf, Part, Step, axis_leaf
+from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
 from kernelfoundry.generators.heuristic.variant import Variant
@@ -232,14 +232,12 @@ class CpuEmitter:
         return out
 
     def _row_leaves(self, step: Step, leaves: list[Leaf], shape: Shape, index: str) -> tuple[list[str], dict]:
-        """Loads for leaves that are full-shape (row-major index `index`), scalars, or vary along one dim
-        (plan.axis_leaf: read by the row `o` or the position `j` in the reduced range, the input `X` in
-        scope)."""
+        """Loads for leaves that are full-shape (row-major index `index`) or scalars (the CPU's plans
+        write other operands' prologue out first: plan.partition's `axis_leaves`)."""
         pre: list[str] = []
         loads: dict[Leaf, str] = {}
         for k, leaf in enumerate(leaves):
             ls = tuple(self.graph.shapes[leaf.name])
-            along = axis_leaf(self.graph, leaf, step.root, shape)
             if _numel(ls) == 1:
                 pre.append(f"    const float c{k}_{leaf.name} = {ptr(leaf.name)}[0];")
                 loads[leaf] = f"c{k}_{leaf.name}"
@@ -249,26 +247,9 @@ class CpuEmitter:
                     " { rc = KF_ERR_UNSUPPORTED; goto kf_done; }"
                 )
                 loads[leaf] = f"{ptr(leaf.name)}[{index}]"
-            elif along is not None:
-                pre += self._axis_sizes(leaf, f"a{k}", along)
-                # a group norm's channel from its row and position (G, C and HW of its loop nest)
-                group = "(o % G) * (C / G) + j / HW"
-                where = group if along.by == "channel" else f"({along.by} / a{k}s) % a{k}n"
-                loads[leaf] = f"{ptr(leaf.name)}[{where}]"
             else:
                 raise UnsupportedGraph(f"`{leaf.name}` broadcasts inside a fused reduction")
         return pre, loads
-
-    @staticmethod
-    def _axis_sizes(leaf: Leaf, name: str, along: AxisLeaf) -> list[str]:
-        """An axis leaf's divisor and count (`<name>s`, `<name>n`) from the input `X`'s shape, the count
-        checked against the leaf's own size."""
-        return [
-            f"    const int64_t {name}s = kf_prod(&X, {along.axis + 1}, {along.end}),"
-            f" {name}n = X.d[{along.axis}];",
-            f"    if (kf_prod(&{shp(leaf.name)}, 0, {shp(leaf.name)}.nd) != {name}n)"
-            " { rc = KF_ERR_UNSUPPORTED; goto kf_done; }",
-        ]
 
     def reduction(self, step: Step) -> list[str]:
         g = self.graph

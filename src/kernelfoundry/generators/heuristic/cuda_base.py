@@ -44,7 +44,7 @@ class EmitterBase:
     def _read_by_position(self, leaves: list[Leaf]) -> bool:
         """Whether a leaf is read by the position `j` in the reduced range: rows then run element by
         element (their float4 paths name positions otherwise)."""
-        return any(self._axis_leaves[leaf].by != "o" for leaf in leaves if leaf in self._axis_leaves)
+        return any(self._axis_leaves[leaf].by == "j" for leaf in leaves if leaf in self._axis_leaves)
 
     def _launch_check(self) -> list[str]:
         return ["    if (cudaGetLastError() != cudaSuccess) { rc = KF_ERR_LAUNCH; goto kf_done; }"]
@@ -66,7 +66,7 @@ class EmitterBase:
                 params += [f"int64_t a{k}s", f"int64_t a{k}n"]
                 size = f"kf_prod(&{shp(leaf.name)}, 0, {shp(leaf.name)}.nd)"
                 args += [f"kf_prod(&X, {along.axis + 1}, {along.end})", size]
-                loads[leaf] = f"{ptr(leaf.name)}[{_axis_index(along, k)}]"
+                loads[leaf] = f"{ptr(leaf.name)}[{along.index(f'a{k}s', f'a{k}n')}]"
             elif n == 1:
                 pre.append(f"  const float c{k} = {ptr(leaf.name)}[0];")
                 loads[leaf] = f"c{k}"
@@ -123,14 +123,6 @@ class EmitterBase:
 # The elements of a row before its first 16-byte boundary (operands' base pointers are aligned, so
 # element `base` of every full operand sits at the same offset from one)
 ROW_HEAD = "const int64_t lead = (4 - (base & 3)) & 3, head = lead < R ? lead : R;"
-
-
-def _axis_index(along: AxisLeaf, k: int) -> str:
-    """The element of axis leaf k that the current element reads (a group norm's kernels take G, C and
-    HW, and refuse rows of 2^31 elements or more: 32-bit division)."""
-    if along.by == "channel":
-        return "(o % G) * (C / G) + (int64_t)((uint32_t)j / (uint32_t)HW)"
-    return f"({along.by} / a{k}s) % a{k}n"
 
 
 def _numel_of(shape: tuple[int, ...]) -> int:

@@ -76,8 +76,14 @@ class Part:
     steps: list[Step]
 
 
-def partition(graph: Graph, fuse: bool, single_entry: str = "kf_forward") -> list[Part]:
-    """Split the graph's generated nodes into parts; without torch nodes there is one part, the ABI entry."""
+def partition(
+    graph: Graph, fuse: bool, single_entry: str = "kf_forward", axis_leaves: bool = False
+) -> list[Part]:
+    """Split the graph's generated nodes into parts; without torch nodes there is one part, the ABI entry.
+    `axis_leaves`: reductions and row ops read their prologue's one-dim operands themselves (`axis_leaf`)
+    instead of reading the prologue written out (the CUDA emitter's plans: on a GPU the pass over memory
+    costs more than evaluating the prologue again in each of the step's passes; on the CPU at the bench's
+    sizes it did not, bench/results/seed_ab_axis_leaves_cpu.json)."""
     parts: list[list[OpNode]] = []
     current: list[OpNode] = []
     for n in graph.nodes:
@@ -109,7 +115,7 @@ def partition(graph: Graph, fuse: bool, single_entry: str = "kf_forward") -> lis
             input_names = list(inputs)
         entry = single_entry if no_torch else f"kf_part{i}"
         part = Part(entry, nodes, input_names, outputs, [])
-        part.steps = plan_steps(graph, part, fuse)
+        part.steps = plan_steps(graph, part, fuse, axis_leaves)
         result.append(part)
     return result
 
@@ -148,21 +154,35 @@ def row_lead(node: OpNode, xshape: Shape) -> int:
 @dataclass(frozen=True)
 class AxisLeaf:
     """A leaf of a reduction or row op that varies along one dim `axis` of its input only (a per-channel
-    bias, a per-column scale): read at `(<by> / prod(xshape[axis + 1:end])) % xshape[axis]`, where `by`
-    is the row `o` (the axis indexes rows: one value a row) or the position `j` within the reduced
-    range (the axis is reduced: a softmax or a min over the channels)."""
+    bias, a per-column scale), read by the row `o` (the axis is among the dims [start, end) that index
+    rows: one value a row) or by the position `j` within the reduced dims [start, end): its element
+    (by / prod(xshape[axis + 1:end])) % xshape[axis], without the division or the remainder where the
+    axis ends or starts the range (`index`)."""
 
     axis: int
-    by: str  # "o", "j", or "channel": a group norm's channel, from its row and position
-    end: int  # the dims after the axis up to `end` divide the row or the position
+    by: str  # "o" or "j"
+    start: int
+    end: int
+
+    def index(self, divisor: str, count: str) -> str:
+        """The element's index, `divisor` and `count` the names of prod(xshape[axis + 1:end]) and
+        xshape[axis] where they are needed."""
+        last, first = self.axis == self.end - 1, self.axis == self.start
+        if last and first:
+            return self.by
+        if last:
+            return f"{self.by} % {count}"
+        if first:
+            return f"{self.by} / {divisor}"
+        return f"({self.by} / {divisor}) % {count}"
 
 
 def axis_leaf(graph: Graph, leaf: Leaf, node: OpNode, xshape: Shape) -> AxisLeaf | None:
     """How a reduction's or row op's (`node`, input shape `xshape`) leaf that varies along one dim
     only is read, or None (a full-shape or one-element leaf, or one read otherwise): by the row where
     the dim indexes rows, else by the position `j` in the reduced range (every kernel of a reduction or
-    a row op names each element's position so), or, the channels of a group norm of several channels a
-    group, by the channel its row and position make."""
+    a row op names each element's position so). Not along a group norm's channels where a group has
+    several (its rows mix channels and positions: the operand is written out first)."""
     shape = tuple(graph.shapes[leaf.name]) + (1,) * leaf.trail
     if len(shape) > len(xshape) or _numel(shape) <= 1:
         return None
@@ -173,11 +193,11 @@ def axis_leaf(graph: Graph, leaf: Leaf, node: OpNode, xshape: Shape) -> AxisLeaf
     axis = varying[0]
     lead = row_lead(node, xshape)
     if axis < lead:
-        return AxisLeaf(axis, "o", lead)
+        return AxisLeaf(axis, "o", 0, lead)
     if node.op == "group_norm":
-        return AxisLeaf(axis, "channel", len(xshape)) if axis == 1 else None
+        return None
     d0, d1, _ = reduce_range(node, len(xshape))
-    return AxisLeaf(axis, "j", d1) if d0 <= axis < d1 else None
+    return AxisLeaf(axis, "j", d0, d1) if d0 <= axis < d1 else None
 
 
 def _numel(shape: Shape) -> int:
@@ -208,7 +228,7 @@ def _cone(graph: Graph, root: str, materialised: set[str], part_names: set[str])
     return cone
 
 
-def plan_steps(graph: Graph, part: Part, fuse: bool) -> list[Step]:
+def plan_steps(graph: Graph, part: Part, fuse: bool, axis_leaves: bool = False) -> list[Step]:
     names = {n.name for n in part.nodes}
     mat: set[str] = set(part.outputs)
     if not fuse:
@@ -224,10 +244,13 @@ def plan_steps(graph: Graph, part: Part, fuse: bool) -> list[Step]:
         cone = _cone(graph, src.name, mat - {src.name}, names)
         probe = Step(r.kind, r.name, r, cone)
         xshape = graph.shapes[src.name]
-        if not all(
-            _full_or_scalar(graph, leaf, xshape) or axis_leaf(graph, leaf, r, xshape) is not None
-            for leaf in probe.prologue_leaves(graph)
-        ):
+
+        def fusable(leaf: Leaf, node: OpNode = r, xshape: Shape = xshape) -> bool:
+            if _full_or_scalar(graph, leaf, xshape):
+                return True
+            return axis_leaves and axis_leaf(graph, leaf, node, xshape) is not None
+
+        if not all(fusable(leaf) for leaf in probe.prologue_leaves(graph)):
             mat.add(src.name)
     # Epilogue fusion: a rowop whose value flows only through same-shape pointwise nodes into one sink.
     epilogue_of: dict[str, str] = {}

@@ -59,7 +59,7 @@ def channels_last_applies(graph: Graph, backend: str = "cpu") -> bool:
     other per-channel operands in the tail (unbias.py)."""
     rewritten = fold_affine_tails(graph)[0] if backend == "cpu" else unbias_convs(graph)
     try:
-        parts = partition(rewritten, True)
+        parts = partition(rewritten, True, axis_leaves=backend == "cuda")
     except UnsupportedGraph:
         return False
     return channels_last_source(rewritten, parts, backend) is not None
