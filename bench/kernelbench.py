@@ -9,9 +9,10 @@ selected task over gRPC with at most `--budget` evaluations (the executor times 
 `--compile`, torch.compile beside every candidate), and appends one JSON line per task to the results file
 (`bench/results/kernelbench_<backend>.jsonl` unless `--results`) as soon as its run ends. Tasks already in
 that file are skipped, so a chunk cut short by the machine's command limit is resumed by running it
-again; `--deadline-s` cancels unfinished runs (not recorded) before that limit, and a task is submitted
-only while the time left is at least the median duration of the runs that ended so far (the rest stay
-for the next chunk); tasks are submitted cheapest first (by roofline floor).
+again; `--deadline-s` (540 s by default on cuda, none on cpu) cancels unfinished runs (not recorded)
+before that limit, and a task is submitted only while the time left is at least the median duration of
+the runs that ended so far (the rest stay for the next chunk); tasks are submitted cheapest first (by
+roofline floor).
 On the H200, after `bash scripts/prepare_device_carry.sh` here, with carry [".device-carry"]:
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -61,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
 RESULTS = ROOT / "bench" / "results"
 LEVELS = ("1", "2")
+DEVICE_DEADLINE_S = 540.0  # the accelerator machine's 600 s a command, less the stack's start and stop
 MAX_BUDGET = 40  # evaluations per task, as issue 13 asks
 
 
@@ -436,6 +438,12 @@ def submission_order(prepared: list[tuple[Any, dict[str, Any]]]) -> list[tuple[A
     )
 
 
+def run_deadline(backend: str) -> float:
+    """`run`'s default deadline: within the accelerator machine's per-command limit for CUDA chunks, none
+    for the CPU (a whole level runs in one command there)."""
+    return DEVICE_DEADLINE_S if backend == "cuda" else math.inf
+
+
 def worth_submitting(elapsed_s: float, deadline_s: float, durations: list[float]) -> bool:
     """Whether a new run may still end before the deadline: the time left is at least the median duration
     of the runs that ended so far (every run is submitted while none has). A run cancelled at the deadline
@@ -499,12 +507,20 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--population", type=int, default=2, help="generation requests per iteration")
     r.add_argument("--parallel-runs", type=int, default=1, help="runs the system searches at once")
     r.add_argument("--compile", action="store_true", help="the executor also times torch.compile")
-    r.add_argument("--deadline-s", type=float, default=540.0, help="stop and cancel unfinished runs after")
+    r.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help=f"stop and cancel unfinished runs after (default: {DEVICE_DEADLINE_S:g} s on cuda, the"
+        " accelerator's command limit; none on cpu)",
+    )
     rep = sub.choices["report"]
     rep.add_argument("--out", default=str(RESULTS))
     rep.add_argument("--suffix", default="", help="appended to the output names (e.g. _partial)")
     rep.add_argument("--note", default="", help="a first line for the table (e.g. what makes it partial)")
     args = ap.parse_args(argv)
+    if args.command == "run" and args.deadline_s is None:
+        args.deadline_s = run_deadline(args.backend)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     run(args) if args.command == "run" else report(args)
 

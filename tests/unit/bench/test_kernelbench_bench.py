@@ -21,6 +21,7 @@ from kernelbench import (
     parse_chunk,
     read_rows,
     report_text,
+    run_deadline,
     sample_of,
     select,
     submission_order,
@@ -149,3 +150,8 @@ def test_without_torch_compile_timings_fast1_over_compile_is_not_reported_as_zer
     untimed = [{k: v for k, v in row.items() if k != "speedup_vs_compile"} for row in rows()]
     assert level_summary(untimed)["fast_1_compile"] is None
     assert level_summary(untimed)["geomean_compile"] is None
+
+
+def test_a_cpu_run_has_no_deadline_a_cuda_chunk_the_accelerators_command_limit() -> None:
+    assert run_deadline("cpu") == math.inf
+    assert 0 < run_deadline("cuda") < 600  # the accelerator machine's limit a command
