@@ -155,3 +155,12 @@ def test_without_torch_compile_timings_fast1_over_compile_is_not_reported_as_zer
 def test_a_cpu_run_has_no_deadline_a_cuda_chunk_the_accelerators_command_limit() -> None:
     assert run_deadline("cpu") == math.inf
     assert 0 < run_deadline("cuda") < 600  # the accelerator machine's limit a command
+
+
+def test_the_side_by_side_re_time_is_reported_beside_the_run_figure() -> None:
+    timed = [{**r, "side_by_side_speedup": 4.0} if r["task"] == "level1/1_A" else r for r in rows()]
+    summary = level_summary(timed)
+    assert summary["side_by_side_timed"] == 1 and math.isclose(summary["geomean_eager_side_by_side"], 4.0)
+    text = report_text(timed, "cpu", {"1": 88})
+    assert "geo eager side by side (the best kernel re-timed beside eager): 4.00 over 1 tasks" in text
+    assert level_summary(rows())["geomean_eager_side_by_side"] is None
