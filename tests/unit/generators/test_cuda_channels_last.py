@@ -1,7 +1,7 @@
 """layout.py on CUDA: which conv tails read the conv's output in channels-last (a 2-D or 3-D conv, forward
-or transposed, with a pointwise tail whose other operands are scalars or per-channel), and the glue
-around them. Pure graph and string checks; tests/integration/generators/test_cuda_kernel_paths.py runs
-the kernels."""
+or transposed, with a pointwise tail whose other operands are scalars or per-channel, maybe reduced over
+the channels and mapped with scalars after), and the glue around them. Pure graph and string checks;
+tests/integration/generators/test_cuda_kernel_paths.py runs the kernels."""
 
 from __future__ import annotations
 
@@ -19,11 +19,23 @@ APPLIES = {
     "conv2d_bias_and_parameter": ("nn.Conv2d(3, 8, 3)", "1, 3, 8, 8", "torch.tanh(self.conv(x) * 2.0)"),
     "conv3d": ("nn.Conv3d(2, 4, 2)", "1, 2, 5, 5, 5", "torch.relu(self.conv(x))"),
     "transposed_2d": ("nn.ConvTranspose2d(4, 6, 3, stride=2)", "1, 4, 5, 5", "torch.sigmoid(self.conv(x))"),
+    "min_over_the_channels": (
+        "nn.Conv2d(3, 8, 3)",
+        "1, 3, 8, 8",
+        "torch.tanh(torch.min(self.conv(x) * 2.0, dim=1, keepdim=True)[0])",
+    ),
+    "mean_over_the_channels_3d": ("nn.Conv3d(2, 4, 2)", "1, 2, 5, 5, 5", "torch.mean(self.conv(x), dim=1)"),
 }
 REFUSED = {
     "the conv is the output": ("nn.Conv2d(3, 8, 3)", "1, 3, 8, 8", "self.conv(x)"),
     "a full-shape second operand": ("nn.Conv2d(3, 3, 3, padding=1)", "1, 3, 8, 8", "self.conv(x) + x"),
-    "a reduction in the tail": ("nn.Conv2d(3, 8, 3)", "1, 3, 8, 8", "torch.softmax(self.conv(x), dim=1)"),
+    "a row op in the tail": ("nn.Conv2d(3, 8, 3)", "1, 3, 8, 8", "torch.softmax(self.conv(x), dim=1)"),
+    "a reduction over the positions": ("nn.Conv2d(3, 8, 3)", "1, 3, 8, 8", "self.conv(x).mean(dim=(2, 3))"),
+    "a map after the reduction with a tensor": (
+        "nn.Conv2d(3, 3, 3, padding=1)",
+        "1, 3, 8, 8",
+        "torch.amax(self.conv(x), dim=1, keepdim=True) * x",
+    ),
     "a 1-D conv": ("nn.Conv1d(3, 8, 3)", "1, 3, 16", "torch.relu(self.conv(x))"),
 }
 

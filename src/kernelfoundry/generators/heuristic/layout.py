@@ -12,14 +12,17 @@ CUDA: cuDNN's float32 convs on NCHW tensors transpose to NHWC and back around it
 shape of graph (a 2-D or 3-D conv, forward or transposed, with a pointwise tail whose other operands are
 scalars or per-channel, the conv's bias among them: unbias.py) runs the conv on channels-last tensors
 and a kernel reads its NHWC output through a 32 x 32 shared tile, coalesced on both sides, writing the
-tail's result in NCHW. Pure string building; never compiles or runs what it emits.
+tail's result in NCHW; a tail reduced over the channels (then mapped with scalars) reads each position's
+channels as one contiguous row, a warp a position (torch.compile's lead on level2/32's min over the
+channels is its channels-last conv feeding such a reduction). Pure string building; never compiles or
+runs what it emits.
 """
 
 from __future__ import annotations
 
 from kernelfoundry.generators.heuristic.entry import ptr
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
-from kernelfoundry.generators.heuristic.plan import Leaf, Part
+from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step, reduce_range
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
 LAYOUT_TUNABLES = ("// @kf.tunable TILE in [16, 32, 64, 128] default 64",)
@@ -38,13 +41,28 @@ CUDA_CHANNELS_LAST_CONVS = frozenset({"Conv2d", "Conv3d", "ConvTranspose2d", "Co
 def channels_last_source(graph: Graph, parts: list[Part], backend: str = "cpu") -> str | None:
     """The conv output the graph's single pointwise step reads, when the channels-last tail applies:
     CPU, a Conv2d with scalar operands beside it; CUDA, a 2-D or 3-D conv (forward or transposed) with
-    scalar or per-channel operands beside it."""
-    if len(parts) != 1 or len(parts[0].steps) != 1 or len(parts[0].outputs) != 1:
+    scalar or per-channel operands beside it, or (`channel_reduction`) such a step reduced over the
+    channels."""
+    if len(parts) != 1 or len(parts[0].outputs) != 1:
+        return None
+    if backend == "cuda" and channel_reduction(graph, parts[0]) is not None:
+        return _conv_leaf(graph, parts[0].steps[0], backend)
+    if len(parts[0].steps) != 1:
         return None
     step = parts[0].steps[0]
     out_shape = tuple(graph.shapes[step.out])
     if step.kind != "pointwise" or len(out_shape) not in ((4,) if backend == "cpu" else (4, 5)):
         return None
+    return _conv_leaf(graph, step, backend)
+
+
+def _conv_leaf(graph: Graph, step: Step, backend: str) -> str | None:
+    """The one operand of `step`'s prologue of the prologue's full shape, when it is a conv module's output
+    of the kinds the backend's channels-last tail takes and the rest are scalars (CUDA: or per-channel)."""
+    src = step.root.args[0] if step.kind == "reduction" else Ref(step.root.name)
+    if not isinstance(src, Ref):
+        return None
+    out_shape = tuple(graph.shapes[src.name])
     leaves = step.prologue_leaves(graph)
     full = [leaf for leaf in leaves if _numel(tuple(graph.shapes[leaf.name])) != 1]
     if backend == "cuda":
@@ -61,6 +79,42 @@ def channels_last_source(graph: Graph, parts: list[Part], backend: str = "cpu") 
     if tuple(graph.shapes[full[0].name]) != out_shape:
         return None
     return full[0].name
+
+
+# a reduction over the channels: (its kf_combine / kf_warp_reduce code, its initial value)
+CHANNEL_REDUCTIONS = {
+    "sum": (0, "0.0f"),
+    "mean": (0, "0.0f"),
+    "amax": (1, "-INFINITY"),
+    "amin": (2, "INFINITY"),
+}
+
+
+def channel_reduction(graph: Graph, part: Part) -> tuple[Step, Step | None] | None:
+    """(the reduction, the pointwise step after it or None) when the part reduces a 2-D or 3-D conv's
+    pointwise tail over the channels alone (a sum, mean, max or min; the tail's other operands scalars
+    or per-channel), then maps the result with scalars at most (CUDA: the channels-last tail reads each
+    position's channels as one contiguous row of the conv's NHWC output)."""
+    steps = part.steps
+    if not steps or len(steps) > 2 or steps[0].kind != "reduction":
+        return None
+    red = steps[0]
+    src = red.root.args[0]
+    if red.root.op not in CHANNEL_REDUCTIONS or not isinstance(src, Ref):
+        return None
+    rank = len(graph.shapes[src.name])
+    if rank not in (4, 5) or reduce_range(red.root, rank)[:2] != (1, 2):
+        return None
+    after = steps[1] if len(steps) == 2 else None
+    if after is not None:
+        reads = after.prologue_leaves(graph)
+        if after.kind != "pointwise" or not any(leaf.name == red.out for leaf in reads):
+            return None
+        if any(leaf.name != red.out and _numel(tuple(graph.shapes[leaf.name])) != 1 for leaf in reads):
+            return None
+    if part.outputs != [(after or red).out]:
+        return None
+    return red, after
 
 
 def per_channel(graph: Graph, leaf: Leaf, out_shape: tuple[int, ...]) -> bool:
@@ -151,7 +205,11 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
     """CUDA: the tail kernel and its entry point: NHWC (NDHWC) `source`, scalar and per-channel
     operands in, the tail's output in NCHW (NCDHW) out. A block stages 32 positions x up to 32 channels:
     it reads them in one coalesced sweep of the NHWC rows (the tail evaluated on the way), and writes
-    each channel's 32 positions as one coalesced row of the output."""
+    each channel's 32 positions as one coalesced row of the output. A tail reduced over the channels
+    (`channel_reduction`) is `_channel_reduction_unit`'s."""
+    reduced = channel_reduction(graph, part)
+    if reduced is not None:
+        return _channel_reduction_unit(graph, part, source, *reduced)
     step = part.steps[0]
     out_name = part.outputs[0]
     out_shape = tuple(graph.shapes[out_name])
@@ -216,6 +274,93 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
         "  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_is(&outputs[0], want)) return KF_ERR_BAD_ARGUMENTS;",
         f"  float* {ptr(out_name)} = KF_DATA(float, &outputs[0]);",
         *_tile_launch(kname, ["HW", "C", ptr(source), ptr(out_name), *args]),
+    ]
+    return "\n".join(kernel), entry
+
+
+def _channel_reduction_unit(
+    graph: Graph, part: Part, source: str, red: Step, after: Step | None
+) -> tuple[str, list[str]]:
+    """CUDA: a tail reduced over the channels, read from the conv's NHWC output: a warp per position,
+    its lanes across the position's channels (one contiguous row: a coalesced read), the tail's
+    per-channel operands indexed by the channel, the lanes' values combined by shuffles, the map after
+    the reduction applied by lane 0 as it writes the position's one value (NCHW and NHWC agree there)."""
+    code, init = CHANNEL_REDUCTIONS[red.root.op]
+    src = red.root.args[0]
+    assert isinstance(src, Ref)
+    params: list[str] = []
+    args: list[str] = []
+    loads: dict[Leaf, str] = {}
+    for leaf in red.prologue_leaves(graph):
+        if leaf.name == source:
+            loads[leaf] = "v"
+        elif leaf.name not in part.inputs:
+            raise UnsupportedGraph(f"`{leaf.name}` is not an input of the channels-last tail")
+        elif _numel(tuple(graph.shapes[leaf.name])) == 1:
+            loads[leaf] = f"{ptr(leaf.name)}[0]"
+        else:
+            loads[leaf] = f"{ptr(leaf.name)}[c]"
+    for name in part.inputs:
+        if name != source:
+            params.append(f"const float* __restrict__ {ptr(name)}")
+            args.append(ptr(name))
+    body, value = emit(graph, red, src, lambda leaf: loads[leaf], indent="      ")
+    result, epilogue = "r", []
+    if after is not None:
+        after_loads = {
+            leaf: "r" if leaf.name == red.out else f"{ptr(leaf.name)}[0]"
+            for leaf in after.prologue_leaves(graph)
+        }
+        epilogue, result = emit(
+            graph, after, Ref(after.root.name), lambda leaf: after_loads[leaf], indent="      "
+        )
+    kname = f"{part.entry_point}_nhwc_red"
+    scale = " / (float)C" if red.root.op == "mean" else ""
+    kernel = [
+        f"__global__ void __launch_bounds__(256) {kname}(int64_t P, int64_t C,"
+        " const float* __restrict__ src, float* __restrict__ out" + "".join(", " + p for p in params) + ") {",
+        "  const int lane = threadIdx.x & 31;",
+        "  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;",
+        "  for (int64_t p = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; p < P; p += warps) {",
+        "    const float* __restrict__ row = src + p * C;",
+        f"    float acc = {init};",
+        "    for (int64_t c = lane; c < C; c += 32) {",
+        "      const float v = row[c];",
+        *body,
+        f"      acc = kf_combine<{code}>(acc, {value});",
+        "    }",
+        f"    acc = kf_warp_reduce<{code}>(acc);",
+        "    if (lane == 0) {",
+        f"      const float r = acc{scale};",
+        *epilogue,
+        f"      out[p] = {result};",
+        "    }",
+        "  }",
+        "}",
+    ]
+    entry = _entry_head(part)
+    pointers = {name: f"s_{i}" for i, name in enumerate(part.inputs)}
+    x = pointers[source]
+    rank = len(graph.shapes[source])
+    entry += [
+        f"  if ({x}.nd != {rank}) return KF_ERR_BAD_ARGUMENTS;",
+        f"  const int64_t C = {x}.d[{rank - 1}], P = kf_prod(&{x}, 0, {rank - 1});",
+    ]
+    for name in part.inputs:
+        if name != source:
+            s_i = pointers[name]
+            want = "1" if _numel(tuple(graph.shapes[name])) == 1 else "C"
+            entry.append(f"  if (kf_prod(&{s_i}, 0, {s_i}.nd) != {want}) return KF_ERR_BAD_ARGUMENTS;")
+    entry += [
+        "  if (!kf_tensor_ok(&outputs[0]) || kf_numel(&outputs[0]) != P) return KF_ERR_BAD_ARGUMENTS;",
+        f"  float* {ptr(part.outputs[0])} = KF_DATA(float, &outputs[0]);",
+        "  if (P == 0 || C == 0) return KF_OK;",
+        "  const int64_t nb = (P * 32 + 255) / 256;",
+        f"  {kname}<<<(unsigned)(nb < 65535 * 8 ? nb : 65535 * 8), 256, 0, st>>>"
+        f"({', '.join(['P', 'C', ptr(source), ptr(part.outputs[0]), *args])});",
+        "  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;",
+        "  return KF_OK;",
+        "}",
     ]
     return "\n".join(kernel), entry
 
