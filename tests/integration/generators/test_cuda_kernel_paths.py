@@ -240,8 +240,9 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "(self.fc(x) * self.s).sum(dim=1, keepdim=True)",
         "torch.randn(3, 8)",
     ),
-    # ... by the position in a layer norm's or a row softmax's row; a group norm of several channels a
-    # group reads its per-channel operand written out first (long rows: split over blocks, float4)
+    # ... by the position in a layer norm's or a row softmax's row, by its channel in a group norm of
+    # several channels a group (long rows: split over blocks, float4), which reads a prologue that is
+    # not affine written out first
     "conv_bias_group_norm_long_rows": (
         "        self.conv = nn.Conv2d(3, 8, 3)",
         "x",
@@ -259,6 +260,12 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "x",
         "torch.softmax(self.fc(x) * self.s, dim=1)",
         "torch.randn(3, 8)",
+    ),
+    "conv_bias_sigmoid_group_norm": (
+        "        self.conv = nn.Conv2d(3, 8, 3)",
+        "x",
+        "F.group_norm(torch.sigmoid(self.conv(x)), 2)",
+        "torch.randn(2, 3, 8, 9)",
     ),
     "conv_bias_group_norm_two_groups": (
         "        self.conv = nn.Conv2d(3, 4, 3)",

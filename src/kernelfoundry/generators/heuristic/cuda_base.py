@@ -44,7 +44,7 @@ class EmitterBase:
     def _read_by_position(self, leaves: list[Leaf]) -> bool:
         """Whether a leaf is read by the position `j` in the reduced range: rows then run element by
         element (their float4 paths name positions otherwise)."""
-        return any(self._axis_leaves[leaf].by == "j" for leaf in leaves if leaf in self._axis_leaves)
+        return any(self._axis_leaves[leaf].by != "o" for leaf in leaves if leaf in self._axis_leaves)
 
     def _launch_check(self) -> list[str]:
         return ["    if (cudaGetLastError() != cudaSuccess) { rc = KF_ERR_LAUNCH; goto kf_done; }"]

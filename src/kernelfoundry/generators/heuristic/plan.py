@@ -160,13 +160,16 @@ class AxisLeaf:
     axis ends or starts the range (`index`)."""
 
     axis: int
-    by: str  # "o" or "j"
+    by: str  # "o", "j", or "channel": a group norm's channel, from its row and position
     start: int
     end: int
 
     def index(self, divisor: str, count: str) -> str:
         """The element's index, `divisor` and `count` the names of prod(xshape[axis + 1:end]) and
-        xshape[axis] where they are needed."""
+        xshape[axis] where they are needed (a group norm's channel from the G, C and HW its kernels take,
+        in 32 bits: they refuse rows of 2^31 elements or more)."""
+        if self.by == "channel":
+            return "(o % G) * (C / G) + (int64_t)((uint32_t)j / (uint32_t)HW)"
         last, first = self.axis == self.end - 1, self.axis == self.start
         if last and first:
             return self.by
@@ -182,7 +185,7 @@ def axis_leaf(graph: Graph, leaf: Leaf, node: OpNode, xshape: Shape) -> AxisLeaf
     only is read, or None (a full-shape or one-element leaf, or one read otherwise): by the row where
     the dim indexes rows, else by the position `j` in the reduced range (every kernel of a reduction or
     a row op names each element's position so). Not along a group norm's channels where a group has
-    several (its rows mix channels and positions: the operand is written out first)."""
+    several, it is read by the channel its row and position make (`channel_leaf_is_cheap` decides)."""
     shape = tuple(graph.shapes[leaf.name]) + (1,) * leaf.trail
     if len(shape) > len(xshape) or _numel(shape) <= 1:
         return None
@@ -195,9 +198,20 @@ def axis_leaf(graph: Graph, leaf: Leaf, node: OpNode, xshape: Shape) -> AxisLeaf
     if axis < lead:
         return AxisLeaf(axis, "o", 0, lead)
     if node.op == "group_norm":
-        return None
+        return AxisLeaf(axis, "channel", 1, len(xshape)) if axis == 1 else None
     d0, d1, _ = reduce_range(node, len(xshape))
     return AxisLeaf(axis, "j", d0, d1) if d0 <= axis < d1 else None
+
+
+# pointwise ops whose evaluation costs less than a pass over memory even done once a norm's pass
+AFFINE_OPS = frozenset({"add", "sub", "rsub", "mul", "div", "neg"})
+
+
+def channel_leaf_is_cheap(graph: Graph, cone: set[str]) -> bool:
+    """Whether a group norm may evaluate its prologue `cone` in each of its passes (two or three over
+    the row) rather than read it written out once: only where the cone is affine (a conv's bias, a
+    scale), not a sigmoid or a mish evaluated again and again."""
+    return all((node := graph.node(name)) is not None and node.op in AFFINE_OPS for name in cone)
 
 
 def _numel(shape: Shape) -> int:
@@ -245,10 +259,11 @@ def plan_steps(graph: Graph, part: Part, fuse: bool, axis_leaves: bool = False) 
         probe = Step(r.kind, r.name, r, cone)
         xshape = graph.shapes[src.name]
 
-        def fusable(leaf: Leaf, node: OpNode = r, xshape: Shape = xshape) -> bool:
+        def fusable(leaf: Leaf, node: OpNode = r, xshape: Shape = xshape, cone: set[str] = cone) -> bool:
             if _full_or_scalar(graph, leaf, xshape):
                 return True
-            return axis_leaves and axis_leaf(graph, leaf, node, xshape) is not None
+            along = axis_leaf(graph, leaf, node, xshape) if axis_leaves else None
+            return along is not None and (along.by != "channel" or channel_leaf_is_cheap(graph, cone))
 
         if not all(fusable(leaf) for leaf in probe.prologue_leaves(graph)):
             mat.add(src.name)
