@@ -214,22 +214,7 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
     out_name = part.outputs[0]
     out_shape = tuple(graph.shapes[out_name])
     rank = len(out_shape)
-    params: list[str] = []
-    args: list[str] = []
-    loads: dict[Leaf, str] = {}
-    for leaf in step.prologue_leaves(graph):
-        if leaf.name == source:
-            loads[leaf] = "v"
-        elif leaf.name not in part.inputs:
-            raise UnsupportedGraph(f"`{leaf.name}` is not an input of the channels-last tail")
-        elif _numel(tuple(graph.shapes[leaf.name])) == 1:
-            loads[leaf] = f"{ptr(leaf.name)}[0]"
-        else:
-            loads[leaf] = f"{ptr(leaf.name)}[c0 + c]"
-    for name in part.inputs:
-        if name != source:
-            params.append(f"const float* __restrict__ {ptr(name)}")
-            args.append(ptr(name))
+    params, args, loads = _tail_operands(graph, part, step, source, "c0 + c")
     body, result = emit(graph, step, Ref(step.root.name), lambda leaf: loads[leaf], indent="      ")
     kname = f"{part.entry_point}_nhwc"
     kernel = [
@@ -261,12 +246,7 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
         f"  if ({x}.nd != {rank}) return KF_ERR_BAD_ARGUMENTS;",
         f"  const int64_t N = {x}.d[0], C = {x}.d[{rank - 1}], HW = kf_prod(&{x}, 1, {rank - 1});",
     ]
-    for name in part.inputs:
-        if name == source:
-            continue
-        s_i = pointers[name]
-        want = "1" if _numel(tuple(graph.shapes[name])) == 1 else "C"
-        entry.append(f"  if (kf_prod(&{s_i}, 0, {s_i}.nd) != {want}) return KF_ERR_BAD_ARGUMENTS;")
+    entry += _operand_checks(graph, part, source)
     entry += [
         "  kf_shape want;",
         f"  want.nd = {rank}; want.d[0] = N; want.d[1] = C;",
@@ -276,6 +256,36 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
         *_tile_launch(kname, ["HW", "C", ptr(source), ptr(out_name), *args]),
     ]
     return "\n".join(kernel), entry
+
+
+def _tail_operands(
+    graph: Graph, part: Part, step: Step, source: str, channel: str
+) -> tuple[list[str], list[str], dict[Leaf, str]]:
+    """A channels-last tail kernel's operands besides `source` (its parameters, the launch's arguments)
+    and the loads of `step`'s prologue: the NHWC element `v`, scalars, per-channel operands at `channel`."""
+    loads: dict[Leaf, str] = {}
+    for leaf in step.prologue_leaves(graph):
+        if leaf.name == source:
+            loads[leaf] = "v"
+        elif leaf.name not in part.inputs:
+            raise UnsupportedGraph(f"`{leaf.name}` is not an input of the channels-last tail")
+        elif _numel(tuple(graph.shapes[leaf.name])) == 1:
+            loads[leaf] = f"{ptr(leaf.name)}[0]"
+        else:
+            loads[leaf] = f"{ptr(leaf.name)}[{channel}]"
+    others = [name for name in part.inputs if name != source]
+    return [f"const float* __restrict__ {ptr(name)}" for name in others], [ptr(n) for n in others], loads
+
+
+def _operand_checks(graph: Graph, part: Part, source: str) -> list[str]:
+    """The entry point's checks that each operand besides `source` holds one value or one a channel
+    (`C` in scope, the input shapes `s_<i>` checked)."""
+    lines = []
+    for i, name in enumerate(part.inputs):
+        if name != source:
+            want = "1" if _numel(tuple(graph.shapes[name])) == 1 else "C"
+            lines.append(f"  if (kf_prod(&s_{i}, 0, s_{i}.nd) != {want}) return KF_ERR_BAD_ARGUMENTS;")
+    return lines
 
 
 def _channel_reduction_unit(
@@ -288,22 +298,7 @@ def _channel_reduction_unit(
     code, init = CHANNEL_REDUCTIONS[red.root.op]
     src = red.root.args[0]
     assert isinstance(src, Ref)
-    params: list[str] = []
-    args: list[str] = []
-    loads: dict[Leaf, str] = {}
-    for leaf in red.prologue_leaves(graph):
-        if leaf.name == source:
-            loads[leaf] = "v"
-        elif leaf.name not in part.inputs:
-            raise UnsupportedGraph(f"`{leaf.name}` is not an input of the channels-last tail")
-        elif _numel(tuple(graph.shapes[leaf.name])) == 1:
-            loads[leaf] = f"{ptr(leaf.name)}[0]"
-        else:
-            loads[leaf] = f"{ptr(leaf.name)}[c]"
-    for name in part.inputs:
-        if name != source:
-            params.append(f"const float* __restrict__ {ptr(name)}")
-            args.append(ptr(name))
+    params, args, loads = _tail_operands(graph, part, red, source, "c")
     body, value = emit(graph, red, src, lambda leaf: loads[leaf], indent="      ")
     result, epilogue = "r", []
     if after is not None:
@@ -346,11 +341,7 @@ def _channel_reduction_unit(
         f"  if ({x}.nd != {rank}) return KF_ERR_BAD_ARGUMENTS;",
         f"  const int64_t C = {x}.d[{rank - 1}], P = kf_prod(&{x}, 0, {rank - 1});",
     ]
-    for name in part.inputs:
-        if name != source:
-            s_i = pointers[name]
-            want = "1" if _numel(tuple(graph.shapes[name])) == 1 else "C"
-            entry.append(f"  if (kf_prod(&{s_i}, 0, {s_i}.nd) != {want}) return KF_ERR_BAD_ARGUMENTS;")
+    entry += _operand_checks(graph, part, source)
     entry += [
         "  if (!kf_tensor_ok(&outputs[0]) || kf_numel(&outputs[0]) != P) return KF_ERR_BAD_ARGUMENTS;",
         f"  float* {ptr(part.outputs[0])} = KF_DATA(float, &outputs[0]);",
