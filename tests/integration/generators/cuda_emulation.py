@@ -48,6 +48,7 @@ inline thread_local uint3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct alignas(4) uchar4 { unsigned char x, y, z, w; };
 template <class T> inline T __ldg(const T* p) { return *p; }
 inline float4 __ldg(const float4* p) {
   assert(((uintptr_t)p) % 16 == 0 && "misaligned float4 load");

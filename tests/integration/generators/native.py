@@ -66,7 +66,9 @@ class Unit:
             strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
             keep.extend([t, shape, strides])
             dev = _Dev(2 if t.is_cuda else 1, t.device.index or 0)
-            return KfTensor(t.data_ptr(), dev, t.dim(), _Dt(2, 32, 1), shape, strides, 0)
+            # kf_abi.h's codes: float 2, bool 6 (a mask)
+            code, bits = (6, 8) if t.dtype == torch.bool else (2, 32)
+            return KfTensor(t.data_ptr(), dev, t.dim(), _Dt(code, bits, 1), shape, strides, 0)
 
         ins = (KfTensor * max(len(inputs), 1))(*[desc(t) for t in inputs])
         outs = (KfTensor * max(len(outputs), 1))(*[desc(t) for t in outputs])

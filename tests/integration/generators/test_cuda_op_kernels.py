@@ -76,6 +76,67 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "_rows<",
     ),
     "cumsum_strided_dim": ("        pass", "x", "torch.cumsum(x, dim=1)", "torch.randn(3, 37, 70)", "_cols("),
+    # the scan idioms as one scan (scans.py): reverse, exclusive and masked, along rows (float4 and odd)
+    # and along a strided dim
+    "cumsum_reverse_odd_rows": (
+        "        pass",
+        "x",
+        "torch.cumsum(x.flip(-1), dim=-1).flip(-1)",
+        "torch.randn(5, 3, 2049)",
+        "_rows<",
+    ),
+    "cumprod_reverse_strided": (
+        "        pass",
+        "x",
+        "torch.flip(torch.cumprod(torch.flip(x, dims=[1]), dim=1), dims=(1,))",
+        "torch.rand(3, 37, 70) * 0.2 + 0.9",
+        "_cols(",
+    ),
+    "cumsum_exclusive_rows": (
+        "        pass",
+        "x",
+        "torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)),"
+        " torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)",
+        "torch.rand(9, 4100)",
+        "_rows<",
+    ),
+    "cumsum_exclusive_odd_rows": (
+        "        pass",
+        "x",
+        "torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)),"
+        " torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)",
+        "torch.randn(7, 1031)",
+        "_rows<",
+    ),
+    "cumsum_exclusive_strided": (
+        "        pass",
+        "x",
+        "torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)),"
+        " torch.cumsum(x.narrow(1, 0, x.size(1) - 1), dim=1)), dim=1)",
+        "torch.randn(3, 37, 70)",
+        "_cols(",
+    ),
+    "cumsum_masked_rows": (
+        "        pass",
+        "x, mask",
+        "torch.cumsum(x * mask, dim=1)",
+        "torch.rand(9, 4100), torch.rand(9, 4100) > 0.5",
+        "_rows<",
+    ),
+    "cumsum_masked_reverse_odd_rows": (
+        "        pass",
+        "x, mask",
+        "torch.cumsum((mask * x).flip(1), dim=1).flip(1)",
+        "torch.randn(4, 1027), torch.rand(4, 1027) > 0.3",
+        "_rows<",
+    ),
+    "cumsum_masked_strided": (
+        "        pass",
+        "x, mask",
+        "torch.cumsum(x * mask, dim=0)",
+        "torch.randn(37, 70), torch.rand(37, 70) > 0.5",
+        "_cols(",
+    ),
     # pooling with baked windows
     "max_pool1d_dilated": (
         "        self.op = nn.MaxPool1d(8, stride=1, padding=4, dilation=3)",

@@ -6,6 +6,7 @@ import pytest
 
 from kernelfoundry.generators.heuristic import HeuristicGenerator
 from kernelfoundry.generators.heuristic import proposer as proposer_module
+from kernelfoundry.generators.heuristic.graph import Graph
 from kernelfoundry.tasks.model import Task
 
 
@@ -17,7 +18,8 @@ def test_graphs_are_kept_for_at_most_max_graphs_tasks_least_recently_used_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     captured: list[str] = []
-    monkeypatch.setattr(proposer_module, "capture", lambda t: captured.append(t.name) or object())
+    empty = Graph(inputs=[], nodes=[], outputs=[], shapes={})
+    monkeypatch.setattr(proposer_module, "capture", lambda t: captured.append(t.name) or empty)
     generator = HeuristicGenerator()
     for i in range(HeuristicGenerator.MAX_GRAPHS * 10):
         generator.graph(task(i))

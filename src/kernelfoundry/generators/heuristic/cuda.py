@@ -443,7 +443,10 @@ class CudaEmitter(RowKernels, ColumnKernels):
                 k += [f"        acc = {comb}(acc, {val});", "      }"]
             k.append("    } else {")
         loop = f"    for (int64_t j = {sweep.start}; j < {sweep.end}; j += {sweep.group}) {{"
-        k += [loop, *["  " + b for b in body], f"      acc = {comb}(acc, {val});", "    }"]
+        # unrolled so that a thread has several loads in flight (the scalar path streams long rows
+        # where an operand is read by position)
+        k += ["    #pragma unroll 4", loop, *["  " + b for b in body]]
+        k += [f"      acc = {comb}(acc, {val});", "    }"]
         if vec:
             k.append("    }")
         k.append(f"    acc = {self._reduce_call(code, 'acc')};")
@@ -602,9 +605,11 @@ class CudaEmitter(RowKernels, ColumnKernels):
             "    if (inner == 1) {",
         ]
         if atomic:
+            # rows split into parts of 64 Ki elements or more until about 2048 blocks run (a few a
+            # streaming multiprocessor): one full reduction fills the GPU, many rows need no split
             out.append(
-                "      const int64_t sp = R / 65536 > 0 ? (R / 65536 < 256 ? R / 65536 : 256) : 1;\n"
-                "      const int splits = (int)(outer >= 1024 ? 1 : sp);"
+                "      const int64_t want = (2048 + outer - 1) / outer, most = R / 65536;\n"
+                "      const int splits = (int)(most < want ? (most > 1 ? most : 1) : want);"
             )
             out.append(f"      cudaMemsetAsync({ptr(step.out)}, 0, sizeof(float) * outer, st);")
         else:

@@ -61,11 +61,14 @@ class EmitterBase:
             if leaf in self._axis_leaves:
                 # element (<o or j> / s) % n (every row kernel names its row `o`, every scalar sweep its
                 # position `j`); s and n from the input `X` in scope at the launch, n the leaf's own
-                # size (never out of it)
+                # size (never out of it), as kf_dividers (a multiply and a shift, not a division)
                 along = self._axis_leaves[leaf]
-                params += [f"int64_t a{k}s", f"int64_t a{k}n"]
+                params += [f"kf_divider a{k}s", f"kf_divider a{k}n"]
                 size = f"kf_prod(&{shp(leaf.name)}, 0, {shp(leaf.name)}.nd)"
-                args += [f"kf_prod(&X, {along.axis + 1}, {along.end})", size]
+                args += [
+                    f"kf_divider_of(kf_prod(&X, {along.axis + 1}, {along.end}))",
+                    f"kf_divider_of({size})",
+                ]
                 loads[leaf] = f"{ptr(leaf.name)}[{along.index(f'a{k}s', f'a{k}n')}]"
             elif n == 1:
                 pre.append(f"  const float c{k} = {ptr(leaf.name)}[0];")

@@ -45,6 +45,13 @@ class OpKernel:
     params: Mapping[str, Any] = field(default_factory=dict)
     out_shape: str = ""
     cast: str = ""
+    bool_inputs: tuple[int, ...] = ()  # positions of inputs that are bool tensors (a scan's mask)
+
+
+def scan_value(k: OpKernel, x: str, m: str, q: str) -> str:
+    """A scan's input element at physical offset `q`: x's, times the mask's where the scan is masked
+    (torch's `x * mask` of a bool mask: x * 1.0 or x * 0.0, so inf and NaN stay as torch has them)."""
+    return f"({x}[{q}] * (float){m}[{q}])" if k.params.get("masked") else f"{x}[{q}]"
 
 
 def _name(graph: Graph, a: Any) -> str | None:
@@ -81,13 +88,23 @@ def op_kernel(graph: Graph, node: OpNode) -> OpKernel | None:
     """The generated form of a node kept in torch, or None when no family covers it."""
     fx = node.fx_node
     if fx is None:
-        return None
+        return _rewritten_kernel(node)
     try:
         if fx.op == "call_module":
             return _module_kernel(graph, node, graph.modules.get(str(fx.target)))
         return _function_kernel(graph, node)
     except (ValueError, TypeError, KeyError, IndexError):
         return None
+
+
+def _rewritten_kernel(node: OpNode) -> OpKernel | None:
+    """The generated form of a node a rewrite made (no fx node): a scan idiom (scans.py)."""
+    if node.op not in ("cumsum", "cumprod") or "dim" not in node.attrs:
+        return None
+    inputs = tuple(a.name for a in node.args if hasattr(a, "name"))
+    flags = {f: int(bool(node.attrs.get(f))) for f in ("reverse", "exclusive", "masked")}
+    params = {"dim": int(node.attrs["dim"]), "prod": int(node.op == "cumprod"), **flags}
+    return OpKernel(node.name, "scan", inputs, params, "{0}", bool_inputs=(1,) if flags["masked"] else ())
 
 
 def _module_kernel(graph: Graph, node: OpNode, mod: Any) -> OpKernel | None:

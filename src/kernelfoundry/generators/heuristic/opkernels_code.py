@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH
 from kernelfoundry.generators.heuristic.graph import UnsupportedGraph
-from kernelfoundry.generators.heuristic.opkernels import OpKernel
+from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
 from kernelfoundry.generators.heuristic.opkernels_cuda import cuda_kernels
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 
@@ -357,22 +357,39 @@ def _lines_setup(e: str, dim: int) -> str:
 
 
 def _scan(k: OpKernel, e: str) -> tuple[str, str, str]:
-    struct = f"typedef struct {{ const float* x; float* o; int64_t outer, L, inner; }} {e}_p;"
+    """cumsum / cumprod along `dim`; `reverse` runs from the end of the dim (flip, scan, flip),
+    `exclusive` writes each position the scan of the elements before it (the identity first), `masked`
+    scans x * mask with a bool mask (scans.py rewrites those idioms into one node)."""
+    fields = "const float* x; const unsigned char* m; float* o; int64_t outer, L, inner;"
+    struct = f"typedef struct {{ {fields} }} {e}_p;"
     op, init = ("*", "1.0f") if k.params["prod"] else ("+", "0.0f")
+    at = "p.L - 1 - l" if k.params.get("reverse") else "l"
+    value = scan_value(k, "p.x", "p.m", "base + q * p.inner")
+    step = (
+        f"p.o[base + q * p.inner] = acc;\n    acc = acc {op} {value};"
+        if k.params.get("exclusive")
+        else f"acc = acc {op} {value};\n    p.o[base + q * p.inner] = acc;"
+    )
     item = f"""KF_HD void {e}_item(const {e}_p p, int64_t line, int64_t c0, int64_t c1) {{
   (void)c0;
   (void)c1;
   const int64_t i = line % p.inner, base = (line / p.inner) * p.L * p.inner + i;
   float acc = {init};
   for (int64_t l = 0; l < p.L; ++l) {{
-    acc = acc {op} p.x[base + l * p.inner];
-    p.o[base + l * p.inner] = acc;
+    const int64_t q = {at};
+    {step}
   }}
 }}"""
     setup = (
         _lines_setup(e, k.params["dim"])
         + "\n  if (kf_numel(out) != kf_numel(X)) return KF_ERR_BAD_ARGUMENTS;"
+        + "\n  p.m = NULL;"
     )
+    if k.params.get("masked"):
+        setup += (
+            "\n  if (!kf_same_shape(&inputs[1], X)) return KF_ERR_BAD_ARGUMENTS;"
+            "\n  p.m = KF_DATA(const unsigned char, &inputs[1]);"
+        )
     return struct, item, setup
 
 
@@ -465,10 +482,19 @@ def op_entry(kernel: OpKernel, entry: str, backend: str) -> str:
         raise UnsupportedGraph(f"no op-kernel family `{kernel.family}` for `{kernel.node}`")
     struct, item, setup = _FAMILIES[kernel.family](kernel, entry)
     n_in = len(kernel.inputs)
+    checks = (
+        "  for (int32_t i = 0; i < n_inputs; ++i) if (!kf_tensor_ok(&inputs[i])) return KF_ERR_BAD_ARGUMENTS;"
+    )
+    if kernel.bool_inputs:
+        checks = "\n".join(
+            f"  if (!{'kf_mask_ok' if i in kernel.bool_inputs else 'kf_tensor_ok'}(&inputs[{i}]))"
+            " return KF_ERR_BAD_ARGUMENTS;"
+            for i in range(n_in)
+        )
     head = f"""KF_EXPORT int {entry}(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,
                  int32_t n_outputs, void* stream) {{
   if (n_inputs != {n_in} || n_outputs != 1) return KF_ERR_BAD_ARGUMENTS;
-  for (int32_t i = 0; i < n_inputs; ++i) if (!kf_tensor_ok(&inputs[i])) return KF_ERR_BAD_ARGUMENTS;
+{checks}
   if (!kf_tensor_ok(&outputs[0])) return KF_ERR_BAD_ARGUMENTS;
   kf_tensor* out = &outputs[0];
 {setup}"""

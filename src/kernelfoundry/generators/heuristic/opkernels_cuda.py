@@ -27,7 +27,7 @@ building; never compiles.
 
 from __future__ import annotations
 
-from kernelfoundry.generators.heuristic.opkernels import OpKernel
+from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
 
 # Shared memory a depthwise tile may take (bytes); above it the generic convolution kernel is used.
 DEPTHWISE_TILE_BYTES = 40 * 1024
@@ -37,20 +37,78 @@ _CHECK = "  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;\n}
 
 def _scan(k: OpKernel, e: str) -> tuple[str, str]:
     prod = bool(k.params["prod"])
+    reverse, exclusive, masked = (bool(k.params.get(f)) for f in ("reverse", "exclusive", "masked"))
     init = "1.0f" if prod else "0.0f"
 
     def op(a: str, b: str) -> str:
         return f"({a} * {b})" if prod else f"({a} + {b})"
 
-    kernels = f"""/* One block per row (rows strided by the grid): chunks of 4 * blockDim.x elements, each
-   thread scans its 4 consecutive ones, the warp scans the thread totals by shuffles, warp 0 scans the
-   warp totals (double-buffered in shared memory across chunks), the row's carry joins every chunk.
+    # a row's logical position j at its physical offset (reverse: from the row's end)
+    at = "L - 1 - j" if reverse else "j"
+    quad = "L - 4 - j" if reverse else "j"  # the float4 holding positions j .. j + 3 (rows of 4k)
+    mask4 = ""
+    if masked:
+        mask4 = (
+            "\n    const uchar4 b = *reinterpret_cast<const uchar4*>(m + q);"
+            "\n    f.x *= (float)b.x; f.y *= (float)b.y; f.z *= (float)b.z; f.w *= (float)b.w;"
+        )
+    loaded = "make_float4(f.w, f.z, f.y, f.x)" if reverse else "f"
+    stored = "make_float4(v3, v2, v1, v0)" if reverse else "make_float4(v0, v1, v2, v3)"
+    # what a thread writes at its 4 positions: the scan through each (inclusive) or before each
+    outs = (
+        ("prefix", op("prefix", "v0"), op("prefix", "v1"), op("prefix", "v2"))
+        if exclusive
+        else tuple(op("prefix", f"v{i}") for i in range(4))
+    )
+
+    def along(step: str) -> str:
+        """The offset of a column's step `step` (reverse: counted from the dim's end)."""
+        return f"(p.L - 1 - ({step})) * p.inner" if reverse else f"({step}) * p.inner"
+
+    def col_step(step: str, value: str, indent: str) -> str:
+        write = f"o[{along(step)}] = acc;"
+        add = f"acc = {op('acc', value)};"
+        return f"{write}\n{indent}{add}" if exclusive else f"{add}\n{indent}{write}"
+
+    what = " ".join(
+        w for w, on in (("reversed", reverse), ("exclusive", exclusive), ("masked", masked)) if on
+    )
+    title = f"A {what} scan. " if what else ""
+    kernels = f"""/* {title}One block per row (rows strided by the grid): chunks of 4 * blockDim.x elements,
+   each thread scans its 4 consecutive ones, the warp scans the thread totals by shuffles, warp 0 scans
+   the warp totals (double-buffered in shared memory across chunks), the row's carry joins every chunk.
    The next chunk's 4 elements are loaded before this one's barriers, so loads stay in flight. */
+__device__ __forceinline__ float {e}_at(const float* __restrict__ x, const unsigned char* __restrict__ m,
+                                        int64_t j, int64_t L) {{
+  (void)m;
+  const int64_t q = {at};
+  return {scan_value(k, "x", "m", "q")};
+}}
+
 template <bool VEC>
-__device__ __forceinline__ float4 {e}_load4(const float* __restrict__ x, int64_t j, int64_t L) {{
-  if (VEC && j + 3 < L) return *reinterpret_cast<const float4*>(x + j);
-  return make_float4(j < L ? x[j] : {init}, j + 1 < L ? x[j + 1] : {init}, j + 2 < L ? x[j + 2] : {init},
-                     j + 3 < L ? x[j + 3] : {init});
+__device__ __forceinline__ float4 {e}_load4(const float* __restrict__ x, const unsigned char* __restrict__ m,
+                                            int64_t j, int64_t L) {{
+  if (VEC && j + 3 < L) {{
+    const int64_t q = {quad};
+    float4 f = *reinterpret_cast<const float4*>(x + q);{mask4}
+    return {loaded};
+  }}
+  return make_float4(j < L ? {e}_at(x, m, j, L) : {init}, j + 1 < L ? {e}_at(x, m, j + 1, L) : {init},
+                     j + 2 < L ? {e}_at(x, m, j + 2, L) : {init},
+                     j + 3 < L ? {e}_at(x, m, j + 3, L) : {init});
+}}
+
+template <bool VEC>
+__device__ __forceinline__ void {e}_store4(float* __restrict__ o, int64_t j, int64_t L, float v0, float v1,
+                                           float v2, float v3) {{
+  if (VEC && j + 3 < L) {{
+    *reinterpret_cast<float4*>(o + {quad}) = {stored};
+    return;
+  }}
+  if (j < L) o[{at}] = v0;
+  if (j + 1 < L) o[{at.replace("j", "(j + 1)")}] = v1;
+  if (j + 2 < L) o[{at.replace("j", "(j + 2)")}] = v2;
+  if (j + 3 < L) o[{at.replace("j", "(j + 3)")}] = v3;
 }}
 
 template <bool VEC>
@@ -60,15 +118,15 @@ __global__ void __launch_bounds__(256) {e}_rows(const {e}_p p) {{
   int buf = 0;
   for (int64_t row = blockIdx.x; row < p.outer; row += gridDim.x) {{
     const float* __restrict__ x = p.x + row * p.L;
+    const unsigned char* __restrict__ m = p.m ? p.m + row * p.L : p.m;
     float* __restrict__ o = p.o + row * p.L;
     float carry = {init};
     const int64_t chunk = 4 * (int64_t)blockDim.x;
-    float4 next = {e}_load4<VEC>(x, 4 * (int64_t)threadIdx.x, p.L);
+    float4 next = {e}_load4<VEC>(x, m, 4 * (int64_t)threadIdx.x, p.L);
     for (int64_t c0 = 0; c0 < p.L; c0 += chunk, buf ^= 1) {{
       const int64_t j = c0 + 4 * (int64_t)threadIdx.x;
-      const bool full = j + 3 < p.L;
       const float4 f = next;
-      if (c0 + chunk < p.L) next = {e}_load4<VEC>(x, j + chunk, p.L);
+      if (c0 + chunk < p.L) next = {e}_load4<VEC>(x, m, j + chunk, p.L);
       float v0 = f.x, v1 = f.y, v2 = f.z, v3 = f.w;
       v1 = {op("v0", "v1")};
       v2 = {op("v1", "v2")};
@@ -94,18 +152,7 @@ __global__ void __launch_bounds__(256) {e}_rows(const {e}_p p) {{
       }}
       __syncthreads();
       const float prefix = {op(f"(warp > 0 ? {op('carry', 'tot[buf][warp - 1]')} : carry)", "before")};
-      v0 = {op("prefix", "v0")};
-      v1 = {op("prefix", "v1")};
-      v2 = {op("prefix", "v2")};
-      v3 = {op("prefix", "v3")};
-      if (VEC && full) {{
-        *reinterpret_cast<float4*>(o + j) = make_float4(v0, v1, v2, v3);
-      }} else {{
-        if (j < p.L) o[j] = v0;
-        if (j + 1 < p.L) o[j + 1] = v1;
-        if (j + 2 < p.L) o[j + 2] = v2;
-        if (full) o[j + 3] = v3;
-      }}
+      {e}_store4<VEC>(o, j, p.L, {", ".join(outs)});
       carry = {op("carry", "tot[buf][nw - 1]")};
     }}
   }}
@@ -117,25 +164,26 @@ __global__ void __launch_bounds__(256) {e}_cols(const {e}_p p) {{
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += step) {{
     const int64_t i = t % p.inner, base = (t / p.inner) * p.L * p.inner + i;
     const float* __restrict__ x = p.x + base;
+    const unsigned char* __restrict__ m = p.m ? p.m + base : p.m;
+    (void)m;
     float* __restrict__ o = p.o + base;
     float acc = {init};
     int64_t l = 0;
     for (; l + 8 <= p.L; l += 8) {{
       float v[8];
       #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = x[(l + u) * p.inner];
+      for (int u = 0; u < 8; ++u) v[u] = {scan_value(k, "x", "m", along("l + u"))};
       #pragma unroll
       for (int u = 0; u < 8; ++u) {{
-        acc = {op("acc", "v[u]")};
-        o[(l + u) * p.inner] = acc;
+        {col_step("l + u", "v[u]", "        ")}
       }}
     }}
     for (; l < p.L; ++l) {{
-      acc = {op("acc", "x[l * p.inner]")};
-      o[l * p.inner] = acc;
+      {col_step("l", scan_value(k, "x", "m", along("l")), "      ")}
     }}
   }}
 }}"""
+    aligned = " && ((uintptr_t)p.m) % 4 == 0" if masked else ""
     launch = f"""  (void)cols;
   if (items <= 0 || p.L <= 0) return KF_OK;
   cudaStream_t st = (cudaStream_t)stream;
@@ -143,7 +191,7 @@ __global__ void __launch_bounds__(256) {e}_cols(const {e}_p p) {{
     const int64_t quads = (p.L + 3) / 4;
     const int threads = quads >= 256 ? 256 : (int)((quads + 31) / 32 * 32);
     const unsigned nb = (unsigned)(p.outer < 1048576 ? p.outer : 1048576);
-    const int vec = p.L % 4 == 0 && ((uintptr_t)p.x) % 16 == 0 && ((uintptr_t)p.o) % 16 == 0;
+    const int vec = p.L % 4 == 0 && ((uintptr_t)p.x) % 16 == 0 && ((uintptr_t)p.o) % 16 == 0{aligned};
     if (vec) {e}_rows<true><<<nb, threads, 0, st>>>(p);
     else {e}_rows<false><<<nb, threads, 0, st>>>(p);
   }} else {{

@@ -165,19 +165,20 @@ class AxisLeaf:
     end: int
 
     def index(self, divisor: str, count: str) -> str:
-        """The element's index, `divisor` and `count` the names of prod(xshape[axis + 1:end]) and
-        xshape[axis] where they are needed (a group norm's channel from the G, C and HW its kernels take,
-        in 32 bits: they refuse rows of 2^31 elements or more)."""
+        """The element's index, `divisor` and `count` the names of the `kf_divider`s of
+        prod(xshape[axis + 1:end]) and xshape[axis] where they are needed (a multiply and a shift each,
+        not a 64-bit division); a group norm's channel from the G, C and HW its kernels take, in 32 bits:
+        they refuse rows of 2^31 elements or more."""
         if self.by == "channel":
             return "(o % G) * (C / G) + (int64_t)((uint32_t)j / (uint32_t)HW)"
         last, first = self.axis == self.end - 1, self.axis == self.start
         if last and first:
             return self.by
         if last:
-            return f"{self.by} % {count}"
+            return f"kf_mod({count}, {self.by})"
         if first:
-            return f"{self.by} / {divisor}"
-        return f"({self.by} / {divisor}) % {count}"
+            return f"kf_div({divisor}, {self.by})"
+        return f"kf_mod({count}, kf_div({divisor}, {self.by}))"
 
 
 def axis_leaf(graph: Graph, leaf: Leaf, node: OpNode, xshape: Shape) -> AxisLeaf | None:

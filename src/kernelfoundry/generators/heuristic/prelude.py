@@ -92,6 +92,17 @@ static inline int kf_tensor_ok(const kf_tensor* t) {
   return t->dtype.code == KF_DTYPE_FLOAT && t->dtype.bits == 32 && t->dtype.lanes == 1 && kf_is_contiguous(t);
 }
 
+/* A bool tensor (a mask: one byte an element, 0 or 1), contiguous. */
+static inline int kf_mask_ok(const kf_tensor* t) {
+  return t->dtype.code == KF_DTYPE_BOOL && t->dtype.bits == 8 && t->dtype.lanes == 1 && kf_is_contiguous(t);
+}
+
+static inline int kf_same_shape(const kf_tensor* a, const kf_tensor* b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int32_t i = 0; i < a->ndim; ++i) if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
 static inline int kf_shape_is(const kf_tensor* t, kf_shape s) {
   kf_shape ts;
   return kf_shape_of(t, &ts) && kf_same(ts, s);
@@ -128,6 +139,33 @@ KF_HD int64_t kf_rowmap_off(const kf_rowmap* m, int64_t r) {
   }
   return off;
 }
+
+/* Division by a divisor fixed at launch as a multiply-high, an add and a shift (Granlund and
+   Montgomery's method): exact for dividends and divisors below 2^31; others divide in 64 bits (a
+   64-bit division is a long emulated sequence on the GPU, a 32-bit one a dozen instructions). */
+typedef struct { int64_t d; uint32_t m; uint32_t s; int32_t wide; } kf_divider;
+
+static inline kf_divider kf_divider_of(int64_t d) {
+  kf_divider v;
+  v.d = d > 0 ? d : 1;
+  v.m = 1;
+  v.s = 0;
+  v.wide = v.d > 0x7fffffff;
+  if (!v.wide) {
+    while (v.s < 31 && ((int64_t)1 << v.s) < v.d) ++v.s;
+    v.m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << v.s) - (uint64_t)v.d)) / (uint64_t)v.d + 1);
+  }
+  return v;
+}
+
+KF_HD int64_t kf_div(kf_divider v, int64_t a) {
+  if (v.wide || a < 0 || a > 0x7fffffff) return a / v.d;
+  const uint32_t n = (uint32_t)a;
+  const uint32_t t = (uint32_t)(((uint64_t)n * v.m) >> 32);
+  return (int64_t)((t + n) >> v.s);
+}
+
+KF_HD int64_t kf_mod(kf_divider v, int64_t a) { return a - kf_div(v, a) * v.d; }
 
 #ifdef __CUDACC__
 /* 32-bit index arithmetic when the row index allows: 64-bit division is emulated on the GPU. */

@@ -43,6 +43,7 @@ from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.generators.heuristic.scans import lower_scans
 from kernelfoundry.generators.heuristic.settle import settle
 from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from kernelfoundry.generators.heuristic.variant import Variant, parse_variant
@@ -388,7 +389,8 @@ class HeuristicGenerator:
         if key in self._graphs:
             self._graphs.move_to_end(key)
         else:
-            self._graphs[key] = capture(task)
+            # scan idioms (a flip, narrow and cat, or a mask around a cumsum) as one scan: scans.py
+            self._graphs[key] = lower_scans(capture(task))
             while len(self._graphs) > self.MAX_GRAPHS:
                 self._graphs.popitem(last=False)
         return self._graphs[key]
