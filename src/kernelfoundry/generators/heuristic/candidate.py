@@ -20,6 +20,7 @@ from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.tunables import parse_tunables
 from kernelfoundry.generators.heuristic.attention import lower_attention
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
+from kernelfoundry.generators.heuristic.conv_means import lower_conv_means
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH, CpuEmitter
 from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
@@ -42,6 +43,8 @@ def descriptors_for(
     """The self-report: memory and parallelism from the strategy the variant made the emitter write,
     algorithm from the emitted unit by the archive's fusion rule (it counts the math-op families in the
     code against the reference's op count, so it depends on the task as much as on the strategy)."""
+    if variant.fuse and not variant.fold:
+        graph = lower_conv_means(graph)
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
     if variant.fuse:
@@ -134,6 +137,8 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         return KernelSource(
             language="cpp", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
         )
+    if fuse and not variant.fold:
+        graph = lower_conv_means(graph)
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
     if backend == "cuda":

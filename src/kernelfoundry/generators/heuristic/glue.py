@@ -87,6 +87,11 @@ def glue_source(
     their generated op kernel (entry) instead of running in torch."""
     ops = ops or {}
     helpers = [_HELPERS, GLUE_HELPERS] if ops else [_HELPERS]
+    # functions a rewrite's node calls (conv_means.py), each defined once
+    for n in graph.nodes:
+        helper = n.attrs.get("glue_helper") if n.fx_node is None else None
+        if helper and helper not in helpers:
+            helpers.append(helper)
     lines = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F", *helpers, ""]
     lines += [
         "class ModelNew(nn.Module):",

@@ -1,0 +1,183 @@
+"""The spatial mean of a convolution without the convolution (a reformulation, like unbias.py).
+
+A convolution is linear in its input: summed over every output position, each weight tap w[co, ci, k]
+meets the inputs of channel ci that tap reads at some output position, so
+
+    sum_o conv(x)[n, co, o] = O * b[co] + sum_{ci, k} w[co, ci, k] * S[n, ci, k],
+
+S[n, ci, k] the sum of those inputs. Along each spatial dim the inputs tap k reads form a 0/1 matrix
+M_d[k, i] (a conv: positions i = o * stride - padding + k * dilation of some output o; a transposed
+conv: inputs i whose output i * stride - padding + k * dilation falls inside the output), so S is x
+contracted with one small matrix per dim. A conv's (or transposed conv's) output followed only by
+per-channel affine ops (a scale, a bias, an inference batch norm: values constant over the spatial
+dims) and then a mean over all its spatial dims is that mean of the conv, then the same affine ops on
+(N, C, 1, ...) values: the mean commutes with them. KernelBench level 2 has such tails
+(ConvTranspose2d then a global average pool): cuDNN's conv writes gigabytes that the mean reads back;
+this reads x once (a skinny product per dim in cuBLAS) and multiplies a (N, Ci * taps) matrix by the
+weight.
+
+`lower_conv_means` replaces such a conv node by a node without an fx node (`glue`: the call of
+`_conv_spatial_mean`, whose text is in `glue_helper`), shaped (N, C, 1, ...); the affine ops and the
+mean after it keep their places on the small values and are generated as before. Groups of one only.
+The fused seeds read the rewritten graph (candidate.py); the direct translation keeps the conv.
+Pure graph rewriting; never touches tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref
+from kernelfoundry.generators.heuristic.plan import reduce_range
+from kernelfoundry.generators.heuristic.unbias import CONV_FUNCTIONS
+
+# Ops whose value is affine in one operand when every other operand is constant over the spatial dims
+# (`div` only with that operand as the dividend; a batch norm's statistics and affine are per channel)
+_AFFINE = frozenset({"add", "sub", "rsub", "mul", "div", "neg", "batch_norm"})
+
+SPATIAL_MEAN_HELPER = '''
+def _conv_spatial_mean(x, weight, bias, transposed, stride, padding, dilation, output_padding):
+    """The mean over the spatial dims of conv(x) (conv_transpose(x) when `transposed`), groups of one,
+    as (N, C, 1, ..): per weight tap the sum of the inputs it reads (one 0/1 matrix per spatial dim),
+    times the weight."""
+    dims = x.dim() - 2
+    sums = x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+    positions = 1
+    for d in reversed(range(dims)):
+        size, taps = x.shape[2 + d], weight.shape[2 + d]
+        i = torch.arange(size, device=x.device)[None, :]
+        k = torch.arange(taps, device=x.device)[:, None]
+        if transposed:
+            out = (size - 1) * stride[d] - 2 * padding[d] + dilation[d] * (taps - 1) + output_padding[d] + 1
+            o = i * stride[d] - padding[d] + k * dilation[d]
+            reads = (o >= 0) & (o < out)
+        else:
+            out = (size + 2 * padding[d] - dilation[d] * (taps - 1) - 1) // stride[d] + 1
+            t = i + padding[d] - k * dilation[d]
+            reads = (t >= 0) & (t % stride[d] == 0) & (t < out * stride[d])
+        positions *= out
+        sums = torch.matmul(sums.movedim(1 + d, -1), reads.to(x.dtype).t()).movedim(-1, 1 + d)
+    w = weight.transpose(0, 1) if transposed else weight
+    flat = sums.reshape(x.shape[0], -1)
+    result = torch.matmul(flat, w.reshape(w.shape[0], -1).t()) / positions
+    if bias is not None:
+        result = result + bias
+    return result.reshape(*result.shape, *([1] * dims))
+'''
+
+
+def _conv_module(graph: Graph, node: OpNode) -> Any:
+    """The conv module a plain torch conv node calls (groups of one, zero padding given as numbers)."""
+    fx = node.fx_node
+    if node.kind != "heavy" or fx is None or fx.op != "call_module" or node.attrs.keys() - {"module"}:
+        return None
+    module = graph.modules.get(str(fx.target))
+    if module is None or type(module).__name__ not in CONV_FUNCTIONS or len(fx.args) != 1 or fx.kwargs:
+        return None
+    if module.groups != 1 or module.padding_mode != "zeros" or isinstance(module.padding, str):
+        return None
+    return module
+
+
+def _spatially_constant(graph: Graph, operand: Any, rank: int) -> bool:
+    """A number, or a tensor whose (right-aligned) spatial dims are all 1."""
+    if not isinstance(operand, Ref):
+        return isinstance(operand, float | int)
+    if operand.name not in graph.shapes or operand.name in graph.opaque:
+        return False
+    shape = tuple(graph.shapes[operand.name]) + (1,) * operand.trail
+    if len(shape) > rank:
+        return False
+    shape = (1,) * (rank - len(shape)) + shape
+    return all(d == 1 for d in shape[2:])
+
+
+def _affine_step(graph: Graph, node: OpNode, chain: str, rank: int) -> bool:
+    """Whether `node` is affine in its operand `chain` (read once, untrailed), the others spatially
+    constant."""
+    if node.kind != "pointwise" or node.op not in _AFFINE:
+        return False
+    at = [i for i, a in enumerate(node.args) if isinstance(a, Ref) and a.name == chain]
+    if len(at) != 1 or node.args[at[0]].trail != 0:  # type: ignore[union-attr]
+        return False
+    if node.op == "div" and at[0] != 0:
+        return False
+    if node.op == "batch_norm" and at[0] != 0:
+        return False
+    return all(_spatially_constant(graph, a, rank) for i, a in enumerate(node.args) if i != at[0])
+
+
+def _spatial_mean_chain(graph: Graph, conv: OpNode) -> list[OpNode] | None:
+    """The affine nodes after `conv` up to and including a mean over all its spatial dims, each the sole
+    reader of the one before; None when the conv's value goes anywhere else."""
+    rank = len(conv.shape)
+    chain: list[OpNode] = []
+    current = conv
+    while True:
+        users = graph.users(current.name)
+        if len(users) != 1 or current.name in graph.outputs:
+            return None
+        nxt = users[0]
+        if nxt.kind == "reduction" and nxt.op == "mean":
+            src = nxt.args[0] if nxt.args else None
+            if not isinstance(src, Ref) or src.name != current.name or src.trail:
+                return None
+            d0, d1, _ = reduce_range(nxt, rank)
+            return [*chain, nxt] if (d0, d1) == (2, rank) and rank > 2 else None
+        if not _affine_step(graph, nxt, current.name, rank):
+            return None
+        chain.append(nxt)
+        current = nxt
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+    return tuple(x if y == 1 else y for x, y in zip(a, b, strict=True))
+
+
+def _mean_call(graph: Graph, conv: OpNode, module: Any) -> tuple[str, list[Ref]]:
+    """The glue's call ({0} x, {1} the weight, {2} the bias) and the node's operands."""
+    target = str(conv.fx_node.target)
+    params = {v.qualname: v.name for v in graph.inputs}
+    weight = params[f"{target}.weight"]
+    bias = params.get(f"{target}.bias") if module.bias is not None else None
+    transposed = type(module).__name__.startswith("ConvTranspose")
+    geometry = f"{tuple(module.stride)!r}, {tuple(module.padding)!r}, {tuple(module.dilation)!r}"
+    extra = f"{tuple(module.output_padding)!r}" if transposed else "None"
+    x = conv.args[0]
+    assert isinstance(x, Ref)
+    operands = [Ref(x.name), Ref(weight)] + ([Ref(bias)] if bias else [])
+    bias_expr = "{2}" if bias else "None"
+    return f"_conv_spatial_mean({{0}}, {{1}}, {bias_expr}, {transposed}, {geometry}, {extra})", operands
+
+
+def lower_conv_means(graph: Graph) -> Graph:
+    """The graph with each conv whose output only reaches a spatial mean through per-channel affine ops
+    computed as that mean directly (`_conv_spatial_mean`), the ops after it on (N, C, 1, ..) values."""
+    nodes = list(graph.nodes)
+    shapes = dict(graph.shapes)
+    changed = False
+    for conv in graph.nodes:
+        module = _conv_module(graph, conv)
+        chain = _spatial_mean_chain(graph, conv) if module is not None else None
+        x = conv.args[0] if conv.args else None
+        if chain is None or not isinstance(x, Ref) or x.trail or x.name in graph.opaque:
+            continue
+        call, operands = _mean_call(graph, conv, module)
+        small = tuple(conv.shape[:2]) + (1,) * (len(conv.shape) - 2)
+        attrs = {"glue": call, "glue_helper": SPATIAL_MEAN_HELPER}
+        nodes[nodes.index(conv)] = OpNode(
+            conv.name, "conv_spatial_mean", "other", tuple(operands), attrs, small
+        )
+        shapes[conv.name] = small
+        value = small
+        for step in chain[:-1]:
+            for a in step.args:
+                if isinstance(a, Ref) and a.name != conv.name and a.name not in {s.name for s in chain}:
+                    value = _broadcast(value, tuple(graph.shapes[a.name]) + (1,) * a.trail)
+            shapes[step.name] = value
+            nodes[nodes.index(step)] = replace(step, shape=value)
+        changed = True
+    return replace(graph, nodes=nodes, shapes=shapes) if changed else graph
