@@ -72,6 +72,20 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     ),
     # reductions over rows of any length: float4 from each row's first 16-byte boundary
     "sum_odd_short_rows": ("        pass", "x", "torch.sum(x, dim=-1)", "torch.randn(6, 1001)"),
+    # a full reduction reading a per-column operand by position (a hinge loss): split rows of float4
+    # (each component's position through kf_divider), and a row of any length (peeled float4)
+    "hinge_loss_split_float4": (
+        "        pass",
+        "x, t",
+        "torch.mean(torch.clamp(1 - x * t, min=0))",
+        "torch.randn(67, 4100), torch.randn(4100)",
+    ),
+    "hinge_loss_odd_rows": (
+        "        pass",
+        "x, t",
+        "torch.sum(torch.clamp(1 - x * t, min=0), dim=-1)",
+        "torch.randn(5, 7, 1001), torch.randn(1001)",
+    ),
     "amax_odd_long_rows": ("        pass", "x", "torch.amax(x, dim=1)", "torch.randn(3, 5001)"),
     "logsumexp_odd_rows": ("        pass", "x", "torch.logsumexp(x, dim=1)", "torch.randn(4, 1003)"),
     "sum_middle_dim": ("        pass", "x", "torch.sum(x, dim=1, keepdim=True)", "torch.randn(3, 40, 70)"),

@@ -100,17 +100,20 @@ class EmitterBase:
 
     def _float4_components(
         self, step: Step, src: Ref, full: list[tuple[int, Leaf]], loads: dict, indent: str, lane: str,
-        stmt: Callable[[str, str], str],
+        stmt: Callable[[str, str], str], position: Callable[[int], str] | None = None,
     ) -> list[str]:  # fmt: skip
         """The step's value for each component of a float4 element, in its own scope: operand kk is read
-        from the float4 that `lane` names (e.g. "w{kk}"), `stmt(component, value)` consumes the value."""
+        from the float4 that `lane` names (e.g. "w{kk}"), `stmt(component, value)` consumes the value.
+        `position(c)`: component c's position in the row, declared as `j` in its scope (for the leaves
+        read by position, plan.axis_leaf)."""
         k: list[str] = []
-        for comp in "xyzw":
+        for c, comp in enumerate("xyzw"):
             lanes = dict(loads)
             for kk, leaf in full:
                 lanes[leaf] = lane.format(kk=kk) + f".{comp}"
             b, v = self._emit(step, src, lanes, indent + "  ")
-            k += [f"{indent}{{", *b, f"{indent}  {stmt(comp, v)}", f"{indent}}}"]
+            at = [f"{indent}  const int64_t j = {position(c)};"] if position is not None else []
+            k += [f"{indent}{{", *at, *b, f"{indent}  {stmt(comp, v)}", f"{indent}}}"]
         return k
 
     def _is_scalar(self, leaf: Leaf) -> bool:

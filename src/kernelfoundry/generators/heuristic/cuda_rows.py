@@ -40,11 +40,17 @@ class RowKernels(EmitterBase):
         """
         full = self._full_leaves(leaves)
         i2 = indent + "  "
+        first = "head + " if peel else ""
 
         def body(u: str) -> list[str]:
+            # each component's position `j` where a leaf is read by it
+            def position(c: int) -> str:
+                return f"{first}4 * (j4 + (int64_t){u} * {group}) + {c}"
+
             return self._float4_components(
-                step, src, full, loads, i2 + "  ", "w{kk}[" + u + "]", lambda _c, v: stmt(v)
-            )
+                step, src, full, loads, i2 + "  ", "w{kk}[" + u + "]", lambda _c, v: stmt(v),
+                position if self._read_by_position(leaves) else None,
+            )  # fmt: skip
 
         at = "base + head" if peel else "base"
         if counted:
