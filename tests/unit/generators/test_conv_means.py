@@ -22,7 +22,7 @@ from kernelfoundry.tasks.reference import instantiate
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "integration" / "generators"))
 
-HELPER: dict[str, Any] = {"torch": torch}
+HELPER: dict[str, Any] = {"torch": torch, "F": torch.nn.functional}
 exec(SPATIAL_MEAN_HELPER, HELPER)
 
 # module, input shape
@@ -51,14 +51,24 @@ CONVS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CONVS))
-def test_the_spatial_mean_without_the_conv_equals_the_conv_then_the_mean(name: str) -> None:
+def reduced_dims(spatial: int) -> list[tuple[int, ...]]:
+    """Every run of adjacent spatial dims (a mean's reduced range)."""
+    return [tuple(range(a, b)) for a in range(spatial) for b in range(a + 1, spatial + 1)]
+
+
+@pytest.mark.parametrize(
+    ("name", "reduced"),
+    [(name, r) for name in sorted(CONVS) for r in reduced_dims(len(CONVS[name][1]) - 2)],
+)
+def test_the_spatial_mean_without_the_conv_equals_the_conv_then_the_mean(
+    name: str, reduced: tuple[int, ...]
+) -> None:
     torch.manual_seed(0)
     module, shape = CONVS[name]
     x = torch.randn(shape, dtype=torch.float64)
     module = module.double()
     transposed = type(module).__name__.startswith("ConvTranspose")
-    expected = module(x).mean(dim=tuple(range(2, x.dim())), keepdim=True)
+    expected = module(x).mean(dim=tuple(2 + d for d in reduced), keepdim=True)
     got = HELPER["_conv_spatial_mean"](
         x,
         module.weight,
@@ -68,6 +78,7 @@ def test_the_spatial_mean_without_the_conv_equals_the_conv_then_the_mean(name: s
         module.padding,
         module.dilation,
         module.output_padding if transposed else None,
+        reduced,
     )
     torch.testing.assert_close(got, expected)
 
@@ -82,6 +93,8 @@ class Model(nn.Module):
         self.conv = {conv}
         self.bn = nn.BatchNorm2d(6)
         self.bias = nn.Parameter(torch.randn(6, 1, 1))
+        self.rows = nn.Parameter(torch.randn(9, 1))
+        self.cols = nn.Parameter(torch.randn(1, 8))
 
     def forward(self, x):
         y = self.conv(x)
@@ -109,11 +122,13 @@ REWRITTEN = {
     ),
     "batch_norm_then_pool": (PLAIN, "nn.functional.adaptive_avg_pool2d(self.bn(y * 2.0), 1)"),
     "bias_sub_div_mean": (PLAIN, "((y - self.bias) / 3.0).mean(dim=(-2, -1))"),
+    "mean_over_the_width": (PLAIN, "torch.mean(y * self.rows, dim=3)"),
+    "mean_over_the_height_transposed": (TRANSPOSED, "torch.softmax(torch.mean(y + self.bias, dim=2), dim=1)"),
 }
 # conv, body: left alone
 NOT_REWRITTEN = {
     "gelu_between": (PLAIN, "torch.mean(torch.nn.functional.gelu(y), dim=(2, 3))"),
-    "mean_over_one_dim": (PLAIN, "torch.mean(y, dim=3)"),
+    "operand_along_the_reduced_dim": (PLAIN, "torch.mean(y * self.cols, dim=3)"),
     "mean_over_channels_too": (PLAIN, "torch.mean(y, dim=(1, 2, 3))"),
     "value_read_twice": (PLAIN, "torch.mean(y, dim=(2, 3)) + y[:, :, 0, 0]"),
     "divided_by_the_conv": (PLAIN, "torch.mean(1.0 / y, dim=(2, 3))"),
@@ -132,8 +147,8 @@ def test_a_conv_reaching_a_spatial_mean_through_affine_ops_is_rewritten(name: st
     lowered = lower_conv_means(graph)
     node = lowered.node("conv")
     assert node is not None and node.op == "conv_spatial_mean" and node.fx_node is None
-    assert lowered.shapes["conv"][2:] == (1, 1)
-    assert all(len(lowered.shapes[n.name]) < 3 or lowered.shapes[n.name][2:] == (1, 1) for n in lowered.nodes)
+    assert 1 in lowered.shapes["conv"][2:] and lowered.shapes["conv"][:2] == graph.shapes["conv"][:2]
+    assert sum(lowered.shapes["conv"]) < sum(graph.shapes["conv"])
 
 
 @pytest.mark.parametrize("name", sorted(NOT_REWRITTEN))

@@ -11,7 +11,11 @@ conv: inputs i whose output i * stride - padding + k * dilation falls inside the
 contracted with one small matrix per dim. A conv's (or transposed conv's) output followed only by
 per-channel affine ops (a scale, a bias, an inference batch norm: values constant over the spatial
 dims) and then a mean over all its spatial dims is that mean of the conv, then the same affine ops on
-(N, C, 1, ...) values: the mean commutes with them. KernelBench level 2 has such tails
+(N, C, 1, ...) values: the mean commutes with them. A mean over some of the spatial dims (a depth mean
+after a 3-D conv) contracts only those, and the rest is a convolution of fewer dims whose input channels
+are (channel, tap along the reduced dims) pairs: level2/13's transposed 3-D conv followed by a mean over
+the depth becomes a transposed 2-D conv with three times the input channels over a 32nd of the
+positions. KernelBench level 2 has such tails
 (ConvTranspose2d then a global average pool): cuDNN's conv writes gigabytes that the mean reads back;
 this reads x once (a skinny product per dim in cuBLAS) and multiplies a (N, Ci * taps) matrix by the
 weight.
@@ -37,33 +41,58 @@ from kernelfoundry.generators.heuristic.unbias import CONV_FUNCTIONS
 _AFFINE = frozenset({"add", "sub", "rsub", "mul", "div", "neg", "batch_norm"})
 
 SPATIAL_MEAN_HELPER = '''
-def _conv_spatial_mean(x, weight, bias, transposed, stride, padding, dilation, output_padding):
-    """The mean over the spatial dims of conv(x) (conv_transpose(x) when `transposed`), groups of one,
-    as (N, C, 1, ..): per weight tap the sum of the inputs it reads (one 0/1 matrix per spatial dim),
-    times the weight."""
+def _conv_spatial_mean(x, weight, bias, transposed, stride, padding, dilation, output_padding, reduced):
+    """The mean over the spatial dims `reduced` (0 the first) of conv(x) (conv_transpose(x) when
+    `transposed`), groups of one, those dims kept as ones: per weight tap along them the sum of the
+    inputs it reads (one 0/1 matrix per reduced dim), then a convolution over the other spatial dims whose
+    input channels are (channel, reduced taps) pairs, or a product with the weight where none is left."""
     dims = x.dim() - 2
-    sums = x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
-    positions = 1
-    for d in reversed(range(dims)):
-        size, taps = x.shape[2 + d], weight.shape[2 + d]
+    kept = [d for d in range(dims) if d not in reduced]
+    sums = x
+    positions, taps = 1, 1
+    for d in reduced:
+        size, k_len = x.shape[2 + d], weight.shape[2 + d]
         i = torch.arange(size, device=x.device)[None, :]
-        k = torch.arange(taps, device=x.device)[:, None]
+        k = torch.arange(k_len, device=x.device)[:, None]
         if transposed:
-            out = (size - 1) * stride[d] - 2 * padding[d] + dilation[d] * (taps - 1) + output_padding[d] + 1
+            out = (size - 1) * stride[d] - 2 * padding[d] + dilation[d] * (k_len - 1) + output_padding[d] + 1
             o = i * stride[d] - padding[d] + k * dilation[d]
             reads = (o >= 0) & (o < out)
         else:
-            out = (size + 2 * padding[d] - dilation[d] * (taps - 1) - 1) // stride[d] + 1
+            out = (size + 2 * padding[d] - dilation[d] * (k_len - 1) - 1) // stride[d] + 1
             t = i + padding[d] - k * dilation[d]
             reads = (t >= 0) & (t % stride[d] == 0) & (t < out * stride[d])
         positions *= out
-        sums = torch.matmul(sums.movedim(1 + d, -1), reads.to(x.dtype).t()).movedim(-1, 1 + d)
-    w = weight.transpose(0, 1) if transposed else weight
-    flat = sums.reshape(x.shape[0], -1)
-    result = torch.matmul(flat, w.reshape(w.shape[0], -1).t()) / positions
+        taps *= k_len
+        sums = torch.matmul(sums.movedim(2 + d, -1), reads.to(x.dtype).t()).movedim(-1, 2 + d)
+    n, ci = x.shape[0], x.shape[1]
+    front = [2 + d for d in reduced]
+    back = [2 + d for d in kept]
+    sums = sums.permute(0, 1, *front, *back).reshape(n, ci * taps, *(x.shape[b] for b in back))
+    if transposed:
+        w = weight.permute(0, *front, 1, *back)
+        w = w.reshape(ci * taps, weight.shape[1], *(weight.shape[b] for b in back))
+    else:
+        w = weight.permute(0, 1, *front, *back)
+        w = w.reshape(weight.shape[0], ci * taps, *(weight.shape[b] for b in back))
+    if kept:
+        geometry = {
+            "stride": [stride[d] for d in kept],
+            "padding": [padding[d] for d in kept],
+            "dilation": [dilation[d] for d in kept],
+        }
+        if transposed:
+            call = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[len(kept) - 1]
+            result = call(sums, w, None, output_padding=[output_padding[d] for d in kept], **geometry)
+        else:
+            result = (F.conv1d, F.conv2d, F.conv3d)[len(kept) - 1](sums, w, None, **geometry)
+    else:
+        result = torch.matmul(sums, (w.t() if transposed else w).t())
+    result = result / positions
     if bias is not None:
-        result = result + bias
-    return result.reshape(*result.shape, *([1] * dims))
+        result = result + bias.reshape(-1, *([1] * len(kept)))
+    shape = [1 if d in reduced else result.shape[2 + kept.index(d)] for d in range(dims)]
+    return result.reshape(n, result.shape[1], *shape)
 '''
 
 
@@ -80,8 +109,8 @@ def _conv_module(graph: Graph, node: OpNode) -> Any:
     return module
 
 
-def _spatially_constant(graph: Graph, operand: Any, rank: int) -> bool:
-    """A number, or a tensor whose (right-aligned) spatial dims are all 1."""
+def _constant_along(graph: Graph, operand: Any, rank: int, dims: range) -> bool:
+    """A number, or a tensor whose (right-aligned) dims `dims` are all 1."""
     if not isinstance(operand, Ref):
         return isinstance(operand, float | int)
     if operand.name not in graph.shapes or operand.name in graph.opaque:
@@ -90,27 +119,25 @@ def _spatially_constant(graph: Graph, operand: Any, rank: int) -> bool:
     if len(shape) > rank:
         return False
     shape = (1,) * (rank - len(shape)) + shape
-    return all(d == 1 for d in shape[2:])
+    return all(shape[d] == 1 for d in dims)
 
 
-def _affine_step(graph: Graph, node: OpNode, chain: str, rank: int) -> bool:
-    """Whether `node` is affine in its operand `chain` (read once, untrailed), the others spatially
-    constant."""
+def _affine_step(node: OpNode, chain: str) -> bool:
+    """Whether `node` is affine in its operand `chain` (read once, untrailed) where its other operands
+    are constant along the reduced dims (checked once those are known)."""
     if node.kind != "pointwise" or node.op not in _AFFINE:
         return False
     at = [i for i, a in enumerate(node.args) if isinstance(a, Ref) and a.name == chain]
     if len(at) != 1 or node.args[at[0]].trail != 0:  # type: ignore[union-attr]
         return False
-    if node.op == "div" and at[0] != 0:
-        return False
-    if node.op == "batch_norm" and at[0] != 0:
-        return False
-    return all(_spatially_constant(graph, a, rank) for i, a in enumerate(node.args) if i != at[0])
+    # a dividend, a batch norm's input: not a divisor or a batch norm's statistics
+    return at[0] == 0 or node.op not in ("div", "batch_norm")
 
 
-def _spatial_mean_chain(graph: Graph, conv: OpNode) -> list[OpNode] | None:
-    """The affine nodes after `conv` up to and including a mean over all its spatial dims, each the sole
-    reader of the one before; None when the conv's value goes anywhere else."""
+def _spatial_mean_chain(graph: Graph, conv: OpNode) -> tuple[list[OpNode], range] | None:
+    """The affine nodes after `conv` up to and including a mean over some of its spatial dims (those
+    dims), each the sole reader of the one before and the affine ones' other operands constant along
+    those dims; None when the conv's value goes anywhere else."""
     rank = len(conv.shape)
     chain: list[OpNode] = []
     current = conv
@@ -124,8 +151,15 @@ def _spatial_mean_chain(graph: Graph, conv: OpNode) -> list[OpNode] | None:
             if not isinstance(src, Ref) or src.name != current.name or src.trail:
                 return None
             d0, d1, _ = reduce_range(nxt, rank)
-            return [*chain, nxt] if (d0, d1) == (2, rank) and rank > 2 else None
-        if not _affine_step(graph, nxt, current.name, rank):
+            if d0 < 2 or d1 <= d0:
+                return None
+            dims = range(d0, d1)
+            names = {s.name for s in chain} | {conv.name}
+            others = [a for s in chain for a in s.args if not (isinstance(a, Ref) and a.name in names)]
+            if not all(_constant_along(graph, a, rank, dims) for a in others):
+                return None
+            return [*chain, nxt], dims
+        if not _affine_step(nxt, current.name):
             return None
         chain.append(nxt)
         current = nxt
@@ -137,8 +171,9 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(x if y == 1 else y for x, y in zip(a, b, strict=True))
 
 
-def _mean_call(graph: Graph, conv: OpNode, module: Any) -> tuple[str, list[Ref]]:
-    """The glue's call ({0} x, {1} the weight, {2} the bias) and the node's operands."""
+def _mean_call(graph: Graph, conv: OpNode, module: Any, dims: range) -> tuple[str, list[Ref]]:
+    """The glue's call ({0} x, {1} the weight, {2} the bias) of the mean over `dims` and the node's
+    operands."""
     target = str(conv.fx_node.target)
     params = {v.qualname: v.name for v in graph.inputs}
     weight = params[f"{target}.weight"]
@@ -150,23 +185,27 @@ def _mean_call(graph: Graph, conv: OpNode, module: Any) -> tuple[str, list[Ref]]
     assert isinstance(x, Ref)
     operands = [Ref(x.name), Ref(weight)] + ([Ref(bias)] if bias else [])
     bias_expr = "{2}" if bias else "None"
-    return f"_conv_spatial_mean({{0}}, {{1}}, {bias_expr}, {transposed}, {geometry}, {extra})", operands
+    reduced = tuple(d - 2 for d in dims)
+    call = f"_conv_spatial_mean({{0}}, {{1}}, {bias_expr}, {transposed}, {geometry}, {extra}, {reduced!r})"
+    return call, operands
 
 
 def lower_conv_means(graph: Graph) -> Graph:
-    """The graph with each conv whose output only reaches a spatial mean through per-channel affine ops
-    computed as that mean directly (`_conv_spatial_mean`), the ops after it on (N, C, 1, ..) values."""
+    """The graph with each conv whose output only reaches a mean over spatial dims through affine ops
+    constant along them computed as that mean directly (`_conv_spatial_mean`), the ops after it on the
+    smaller values (those dims one long)."""
     nodes = list(graph.nodes)
     shapes = dict(graph.shapes)
     changed = False
     for conv in graph.nodes:
         module = _conv_module(graph, conv)
-        chain = _spatial_mean_chain(graph, conv) if module is not None else None
+        found = _spatial_mean_chain(graph, conv) if module is not None else None
         x = conv.args[0] if conv.args else None
-        if chain is None or not isinstance(x, Ref) or x.trail or x.name in graph.opaque:
+        if found is None or not isinstance(x, Ref) or x.trail or x.name in graph.opaque:
             continue
-        call, operands = _mean_call(graph, conv, module)
-        small = tuple(conv.shape[:2]) + (1,) * (len(conv.shape) - 2)
+        chain, dims = found
+        call, operands = _mean_call(graph, conv, module, dims)
+        small = tuple(1 if d in dims else n for d, n in enumerate(conv.shape))
         attrs = {"glue": call, "glue_helper": SPATIAL_MEAN_HELPER}
         nodes[nodes.index(conv)] = OpNode(
             conv.name, "conv_spatial_mean", "other", tuple(operands), attrs, small
