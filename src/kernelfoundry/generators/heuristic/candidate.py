@@ -26,6 +26,7 @@ from kernelfoundry.generators.heuristic.cpu_conv import conv_plan, conv_unit
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_plan, gemm_unit
 from kernelfoundry.generators.heuristic.cuda_conv_chain import conv_family_applies, conv_family_unit
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_plan, cuda_gemm_unit
+from kernelfoundry.generators.heuristic.feature_means import lower_feature_means
 from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.glue import glue_source
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph
@@ -37,14 +38,20 @@ from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from kernelfoundry.generators.heuristic.variant import Variant
 
 
+def lower_means(graph: Graph) -> Graph:
+    """The graph with a mean (or sum) over a conv's spatial dims or a linear's features computed without
+    the conv or the linear where only affine ops lie between (conv_means.py, feature_means.py)."""
+    return lower_feature_means(lower_conv_means(graph))
+
+
 def descriptors_for(
     graph: Graph, backend: str, variant: Variant, source: KernelSource, reference_ops: int
 ) -> Descriptors:
     """The self-report: memory and parallelism from the strategy the variant made the emitter write,
     algorithm from the emitted unit by the archive's fusion rule (it counts the math-op families in the
     code against the reference's op count, so it depends on the task as much as on the strategy)."""
-    if variant.fuse and not variant.fold:
-        graph = lower_conv_means(graph)
+    if variant.fuse and not variant.fold and not variant.literal_means:
+        graph = lower_means(graph)
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
     if variant.fuse:
@@ -137,8 +144,8 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         return KernelSource(
             language="cpp", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
         )
-    if fuse and not variant.fold:
-        graph = lower_conv_means(graph)
+    if fuse and not variant.fold and not variant.literal_means:
+        graph = lower_means(graph)
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
     if backend == "cuda":

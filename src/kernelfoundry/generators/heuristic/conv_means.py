@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, broadcast_shapes
 from kernelfoundry.generators.heuristic.plan import reduce_range
 from kernelfoundry.generators.heuristic.unbias import CONV_FUNCTIONS
 
@@ -165,12 +165,6 @@ def _spatial_mean_chain(graph: Graph, conv: OpNode) -> tuple[list[OpNode], range
         current = nxt
 
 
-def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    rank = max(len(a), len(b))
-    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
-    return tuple(x if y == 1 else y for x, y in zip(a, b, strict=True))
-
-
 def _mean_call(graph: Graph, conv: OpNode, module: Any, dims: range) -> tuple[str, list[Ref]]:
     """The glue's call ({0} x, {1} the weight, {2} the bias) of the mean over `dims` and the node's
     operands."""
@@ -215,7 +209,7 @@ def lower_conv_means(graph: Graph) -> Graph:
         for step in chain[:-1]:
             for a in step.args:
                 if isinstance(a, Ref) and a.name != conv.name and a.name not in {s.name for s in chain}:
-                    value = _broadcast(value, tuple(graph.shapes[a.name]) + (1,) * a.trail)
+                    value = broadcast_shapes(value, tuple(graph.shapes[a.name]) + (1,) * a.trail)
             shapes[step.name] = value
             nodes[nodes.index(step)] = replace(step, shape=value)
         changed = True

@@ -101,6 +101,18 @@ class UnsupportedGraph(TaskError):
         super().__init__("unsupported", message)
 
 
+def broadcast_shapes(*shapes: Shape) -> Shape:
+    """torch's broadcast of the shapes (right-aligned; UnsupportedGraph where they do not broadcast)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for d in range(rank):
+        sizes = {s[d - rank + len(s)] for s in shapes if d - rank + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            raise UnsupportedGraph(f"operands of shapes {shapes} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 # Positional signatures used to bind call_function / call_method arguments to names.
 _SIGNATURES: dict[str, tuple[str, ...]] = {
     "gelu": ("input", "approximate"),

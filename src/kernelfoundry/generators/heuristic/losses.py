@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kernelfoundry.generators.heuristic.graph import Operand, Ref, Shape, UnsupportedGraph
+from kernelfoundry.generators.heuristic.graph import Operand, Ref, Shape, UnsupportedGraph, broadcast_shapes
 
 Synth = Callable[[str, str, Sequence[Operand], Mapping[str, Any], Shape], Ref]
 Final = Callable[[str, Sequence[Operand], Mapping[str, Any]], None]
@@ -22,17 +22,6 @@ LOSSES = ("smooth_l1_loss", "huber_loss", "mse_loss", "triplet_margin_loss", "kl
 
 # The smallest normal float: log of it is finite, so t * log(max(t, FLT_MIN)) is 0 where t is 0 (xlogy)
 FLT_MIN = 1.1754943508222875e-38
-
-
-def _broadcast(*shapes: Shape) -> Shape:
-    rank = max(len(s) for s in shapes)
-    out = []
-    for d in range(rank):
-        sizes = {s[d - rank + len(s)] for s in shapes if d - rank + len(s) >= 0} - {1}
-        if len(sizes) > 1:
-            raise UnsupportedGraph(f"loss operands of shapes {shapes} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
 
 
 def decompose_loss(
@@ -53,7 +42,7 @@ def decompose_loss(
         raise UnsupportedGraph(f"`{name}`: only the mean reduction of `{loss}` is generated")
     if loss in ("smooth_l1_loss", "huber_loss", "mse_loss"):
         a, b = operands
-        shape = _broadcast(shapes[a.name], shapes[b.name])
+        shape = broadcast_shapes(shapes[a.name], shapes[b.name])
         d = synth(f"{name}_diff", "sub", [a, b], {}, shape)
         if loss == "mse_loss":
             final(name, [synth(f"{name}_sq", "mul", [d, d], {}, shape)], mean)
@@ -79,7 +68,7 @@ def decompose_loss(
     margin = float(settings.get("margin", 1.0))
     distances = []
     for tag, other in (("pos", positive), ("neg", negative)):
-        shape = _broadcast(shapes[anchor.name], shapes[other.name])
+        shape = broadcast_shapes(shapes[anchor.name], shapes[other.name])
         d = synth(f"{name}_{tag}_diff", "sub", [anchor, other], {}, shape)
         e = synth(f"{name}_{tag}_eps", "add", [d, eps], {}, shape)
         sq = synth(f"{name}_{tag}_sq", "mul", [e, e], {}, shape)
@@ -105,7 +94,7 @@ def _kl_div(
     if reduction not in ("mean", "batchmean", "sum"):
         raise UnsupportedGraph(f"`{name}`: the {reduction} reduction of `kl_div` is not generated")
     inp, tgt = operands
-    shape = _broadcast(shapes[inp.name], shapes[tgt.name])
+    shape = broadcast_shapes(shapes[inp.name], shapes[tgt.name])
     if settings.get("log_target", False):
         e = synth(f"{name}_exp", "exp", [tgt], {}, shapes[tgt.name])
         d = synth(f"{name}_diff", "sub", [tgt, inp], {}, shape)

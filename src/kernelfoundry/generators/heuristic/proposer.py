@@ -32,7 +32,7 @@ from kernelfoundry.generators.base import (
     GenerationUsage,
 )
 from kernelfoundry.generators.heuristic.attention import lower_attention
-from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source
+from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source, lower_means
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies, conv_plan
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
 from kernelfoundry.generators.heuristic.cuda_conv import channels_last_operands_apply
@@ -81,9 +81,32 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
     # the fused seeds generate attention as matmul, softmax, matmul (attention.py): their row-op seeds
     # apply to its softmax; the direct translation keeps the op kernel
     graph = lower_attention(graph)
-    if backend == "cuda":
-        return cuda_seeds(graph, direct, fused, folded)
-    return cpu_seeds(graph, direct, fused, folded)
+    seeds = (
+        cuda_seeds(graph, direct, fused, folded)
+        if backend == "cuda"
+        else cpu_seeds(graph, direct, fused, folded)
+    )
+    if means_reformulate(graph):
+        # the fused seeds compute a mean over a conv's or a linear's output without it (conv_means.py,
+        # feature_means.py): the first of them leads (ahead of a GEMM family the reformulation makes
+        # moot), and the same seed with the conv or linear kept comes second: the reformulation's own
+        # calls (tens of library calls) cost more than a small conv (level2/44 on the H200: 0.83 ms
+        # against 0.74 kept; level2/42: 0.97 against 5.40)
+        first = next(
+            i for i, (v, _) in enumerate(seeds) if v.fuse and not (v.gemm or v.fold or v.literal_means)
+        )
+        lead = seeds.pop(first)
+        kept = (
+            lead[0].with_(literal_means=True),
+            "the conv / linear kept, the mean over its output after it",
+        )
+        seeds[0:0] = [lead, kept]
+    return seeds
+
+
+def means_reformulate(graph: Graph) -> bool:
+    """Whether the fused seeds compute a mean over a conv's or a linear's output without it."""
+    return lower_means(graph) is not graph
 
 
 def cpu_seeds(
@@ -467,6 +490,17 @@ class HeuristicGenerator:
             if family and (to_gemm or (parent_variant.gemm and mutation in _GEMM_MOVES)):
                 variant, why, src = gemm_mutation(graph, task, parent_variant, mutation, request, rng)
                 yield candidate(variant, mutation, why, src)
+                continue
+            if mutation == "reduction" and parent_variant.fuse and means_reformulate(graph):
+                # the reduction's formulation: the mean computed without the conv / linear, or after it
+                on = not parent_variant.literal_means
+                variant = parent_variant.with_(literal_means=on)
+                why = (
+                    "conv / linear kept, the mean after it"
+                    if on
+                    else "the mean computed without the conv / linear"
+                )
+                yield candidate(variant, mutation, why, self._keep_params(graph, task, variant, request))
                 continue
             if backend == "cuda" and mutation == "tiling" and channels_last_applies(graph, "cuda"):
                 on = not parent_variant.channels_last

@@ -31,6 +31,9 @@ class Variant:
     tensor_cores: bool = False  # CUDA GEMM family: 3xTF32 mma.sync (cuda_gemm_tc.py), not SIMT FMAs
     # tensor cores at one TF32 product (cuDNN's default precision for float32 convs), not 3xTF32
     tf32: bool = False
+    # the conv / linear kept where only a mean over its output follows: not reformulated as that mean
+    # (conv_means.py, feature_means.py)
+    literal_means: bool = False
 
     def line(self) -> str:
         data = asdict(self)
@@ -40,6 +43,8 @@ class Variant:
             del data["tensor_cores"]  # likewise units before the tensor-core kernel
         if not self.tf32:
             del data["tf32"]
+        if not self.literal_means:
+            del data["literal_means"]
         return "// @kf.variant " + json.dumps(data, sort_keys=True)
 
     def with_(self, **changes: object) -> Variant:
