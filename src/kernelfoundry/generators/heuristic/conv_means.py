@@ -142,10 +142,9 @@ def _spatial_mean_chain(graph: Graph, conv: OpNode) -> tuple[list[OpNode], range
     chain: list[OpNode] = []
     current = conv
     while True:
-        users = graph.users(current.name)
-        if len(users) != 1 or current.name in graph.outputs:
+        nxt = graph.sole_reader(current.name)
+        if nxt is None:
             return None
-        nxt = users[0]
         if nxt.kind == "reduction" and nxt.op == "mean":
             src = nxt.args[0] if nxt.args else None
             if not isinstance(src, Ref) or src.name != current.name or src.trail:

@@ -68,10 +68,9 @@ def _chain(graph: Graph, start: OpNode) -> tuple[list[OpNode], OpNode] | None:
     steps: list[OpNode] = []
     current = start
     while True:
-        users = graph.users(current.name)
-        if len(users) != 1 or current.name in graph.outputs:
+        nxt = graph.sole_reader(current.name)
+        if nxt is None:
             return None
-        nxt = users[0]
         at = [i for i, a in enumerate(nxt.args) if isinstance(a, Ref) and a.name == current.name]
         if len(at) != 1 or nxt.args[at[0]].trail:  # type: ignore[union-attr]
             return None

@@ -91,6 +91,12 @@ class Graph:
     def users(self, name: str) -> list[OpNode]:
         return [n for n in self.nodes if any(isinstance(a, Ref) and a.name == name for a in n.args)]
 
+    def sole_reader(self, name: str) -> OpNode | None:
+        """The one node that reads `name`, where `name` is no output of the graph (a rewrite may then
+        change the value `name` holds)."""
+        users = self.users(name)
+        return users[0] if len(users) == 1 and name not in self.outputs else None
+
     @property
     def has_torch_nodes(self) -> bool:
         return any(n.kind in KEPT_IN_TORCH for n in self.nodes)

@@ -57,14 +57,6 @@ def _torch_node(graph: Graph, name: str) -> OpNode | None:
     return node if node is not None and node.kind in KEPT_IN_TORCH and node.fx_node is not None else None
 
 
-def _sole_user(graph: Graph, name: str) -> OpNode | None:
-    """The one node that reads `name`, where `name` is no output of the graph."""
-    users = graph.users(name)
-    if len(users) != 1 or name in graph.outputs:
-        return None
-    return users[0]
-
-
 def _source(node: OpNode) -> str | None:
     """The tensor a one-operand torch node (flip, narrow, cumsum) reads first."""
     first = node.fx_node.args[0] if node.fx_node.args else node.fx_node.kwargs.get("input")
@@ -96,8 +88,8 @@ def _scan_of(graph: Graph, cumsum: OpNode) -> _Scan | None:
     interior = {cumsum.name}
     result, reverse, exclusive = cumsum.name, False, False
     feeder = _torch_node(graph, src)
-    after = _sole_user(graph, cumsum.name)
-    sole = _sole_user(graph, src) is cumsum
+    after = graph.sole_reader(cumsum.name)
+    sole = graph.sole_reader(src) is cumsum
     if sole and _flip_along(graph, feeder, dim) and _flip_along(graph, after, dim):
         assert feeder is not None and after is not None
         inner = _source(feeder)
@@ -113,7 +105,7 @@ def _scan_of(graph: Graph, cumsum: OpNode) -> _Scan | None:
             result, exclusive, src = after.name, True, whole
     x, mask = src, None
     product = _torch_node(graph, src)
-    if product is not None and product.op == "mul" and _sole_user(graph, src) is not None:
+    if product is not None and product.op == "mul" and graph.sole_reader(src) is not None:
         masked = _masked_product(graph, product)
         if masked is not None:
             interior.add(product.name)
