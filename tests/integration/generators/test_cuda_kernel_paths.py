@@ -287,6 +287,50 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "F.group_norm(self.conv(x), 2)",
         "torch.randn(2, 3, 8, 9)",
     ),
+    # pooling windows with their pointwise producers and consumers in one pool step (pools.py): the
+    # conv's bias and a per-channel scale read once a row, max and average windows of 1-3 dims with
+    # padding, dilation, ragged edges and PyTorch's average divisors, a pool of a pool, a row op before
+    "conv_bias_hardswish_maxpool_mish": (
+        "        self.conv = nn.Conv2d(3, 5, 3)\n        self.pool = nn.MaxPool2d(2)",
+        "x",
+        "F.mish(self.pool(F.hardswish(self.conv(x) - 0.5)))",
+        "torch.randn(2, 3, 11, 12)",
+    ),
+    "conv_scaled_maxpool_padded_dilated": (
+        "        self.conv = nn.Conv2d(3, 4, 3)\n        self.s = nn.Parameter(torch.randn(4, 1, 1))\n"
+        "        self.pool = nn.MaxPool2d(3, stride=2, padding=1, dilation=2)",
+        "x",
+        "torch.tanh(self.pool(self.conv(x) * self.s)) + self.s",
+        "torch.randn(2, 3, 12, 13)",
+    ),
+    "conv3d_avgpool_bias_scaled": (
+        "        self.conv = nn.ConvTranspose3d(2, 3, 3, stride=2)\n        self.pool = nn.AvgPool3d(2)\n"
+        "        self.b = nn.Parameter(torch.randn(3, 1, 1, 1))",
+        "x",
+        "(self.pool(self.conv(x) * 0.5) + self.b) * 2.0",
+        "torch.randn(2, 2, 3, 4, 3)",
+    ),
+    "avgpool_padded_divisors": (
+        "        self.p1 = nn.AvgPool2d(3, stride=2, padding=1)\n"
+        "        self.p2 = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)\n"
+        "        self.p3 = nn.AvgPool2d(2, divisor_override=3)",
+        "x",
+        "self.p1(torch.relu(x)) + self.p2(torch.sigmoid(x)) * self.p3(x - 1.0)",
+        "torch.randn(2, 3, 10, 10)",
+    ),
+    "maxpool1d_between_views_of_a_linear": (
+        "        self.fc = nn.Linear(8, 20)\n        self.pool = nn.MaxPool1d(3, stride=2)",
+        "x",
+        "self.pool(torch.sigmoid(self.fc(x)).unsqueeze(1)).squeeze(1) * 2.0",
+        "torch.randn(4, 8)",
+    ),
+    "softmax_maxpool_maxpool_3d": (
+        "        self.conv = nn.Conv3d(2, 4, 2)\n"
+        "        self.p1 = nn.MaxPool3d(2)\n        self.p2 = nn.MaxPool3d(2)",
+        "x",
+        "self.p2(self.p1(torch.softmax(self.conv(x), dim=1)))",
+        "torch.randn(2, 2, 9, 10, 11)",
+    ),
     "mse_full_reduction": (
         "        pass",
         "a, b",
@@ -339,6 +383,17 @@ def test_a_conv_tail_has_a_seed_that_reads_the_conv_in_channels_last(case: str) 
     assert "kf.launch('kf_part0_to_nhwc'" in nhwc[0].glue
     assert "_nhwc<<<" in nhwc[0].code or "_nhwc_red<<<" in nhwc[0].code  # a reduced tail: its own kernel
     assert "memory_format" not in nhwc[0].glue
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("conv") and "pool" in c])
+def test_a_conv_pool_tail_is_one_pool_step_in_either_layout(case: str) -> None:
+    _, kernels = seeds(case)
+    fused = [k for k in kernels if '"fuse": true' in k.code]
+    # no pooling left to torch: the fused NCHW seed leads, the channels-last one comes second
+    assert all(".pool(" not in k.glue for k in fused)
+    assert "Pool step" in fused[0].code
+    assert '"channels_last": true' in kernels[1].code and "_nhwc_pool<<<" in kernels[1].code
+    assert "kf.launch('kf_part0_to_nhwc'" in kernels[1].glue
 
 
 @pytest.mark.parametrize("case", MIDDLE_SOFTMAX)

@@ -34,6 +34,7 @@ from kernelfoundry.generators.heuristic.layout import channels_last_source, to_c
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, op_kernel
 from kernelfoundry.generators.heuristic.opkernels_code import op_entries, op_unit
 from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.generators.heuristic.pools import fuse_pools
 from kernelfoundry.generators.heuristic.unbias import unbias_convs
 from kernelfoundry.generators.heuristic.variant import Variant
 
@@ -102,7 +103,7 @@ def descriptors_for(
     if variant.online and has_softmax:
         algorithm = 2  # the running max/sum (`m_new`) reformulation of softmax
     has_rows = any(n.kind in ("reduction", "rowop") for n in graph.nodes)
-    unbiased = unbias_convs(graph)
+    unbiased = fuse_pools(unbias_convs(graph)) if variant.fuse else unbias_convs(graph)
     nhwc = variant.channels_last and (
         channels_last_source(unbiased, partition(unbiased, variant.fuse, axis_leaves=True), "cuda")
         is not None
@@ -152,6 +153,8 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         graph = unbias_convs(graph)
     if fuse:
         graph = lower_attention(graph)
+    if backend == "cuda" and fuse:
+        graph = fuse_pools(graph)
     parts = partition(graph, fuse, axis_leaves=backend == "cuda")
     if not parts:
         return _op_kernel_source(graph, backend, header)

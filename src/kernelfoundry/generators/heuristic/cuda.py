@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
 from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
 from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
+from kernelfoundry.generators.heuristic.cuda_pools import PoolKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
 from kernelfoundry.generators.heuristic.graph import Ref
@@ -133,7 +134,7 @@ static float* kf_alloc(size_t bytes, cudaStream_t st) {
 """
 
 
-class CudaEmitter(RowKernels, ColumnKernels):
+class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
     def unit(self, parts: list[Part], header: list[str]) -> str:
         bodies: list[str] = []
         nhwc = channels_last_source(self.graph, parts, "cuda") if self.variant.channels_last else None
@@ -190,6 +191,8 @@ class CudaEmitter(RowKernels, ColumnKernels):
             return self.pointwise(step)
         if step.kind == "reduction":
             return self.reduction(step)
+        if step.kind == "pool":
+            return self.pool(step)
         return self.rowop(step)
 
     def pointwise(self, step: Step) -> list[str]:

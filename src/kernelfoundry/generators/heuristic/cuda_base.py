@@ -33,7 +33,7 @@ class EmitterBase:
         """A step's emission begins: which of its leaves vary along one dim of its input only."""
         self._axis_leaves = {}
         src = step.root.args[0] if step.root.args else None
-        if step.kind == "pointwise" or not isinstance(src, Ref):
+        if step.kind in ("pointwise", "pool") or not isinstance(src, Ref):
             return
         xshape = self.graph.shapes[src.name]
         for leaf in step.prologue_leaves(self.graph):

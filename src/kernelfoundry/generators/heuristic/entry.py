@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.plan import Part, Step, reduce_range
+from kernelfoundry.generators.heuristic.pools import PoolWindow
 
 
 def ptr(name: str) -> str:
@@ -64,6 +65,8 @@ def entry_point(
             if n.kind == "reduction":
                 d0, d1, keep = reduce_range(n, len(graph.shapes[src.name]))
                 w(f"  kf_shape {shp(n.name)} = kf_reduce({shp(src.name)}, {d0}, {d1}, {int(keep)});")
+            elif n.kind == "pool":
+                out.extend(_pooled_shape(n.name, src.name, n.attrs["pool_window"]))
             else:
                 w(f"  kf_shape {shp(n.name)} = {shp(src.name)};")
         w(f"  if ({shp(n.name)}.nd != {rank}) return KF_ERR_BAD_ARGUMENTS;")
@@ -90,3 +93,17 @@ def entry_point(
     w("  return rc;")
     w("}")
     return out
+
+
+def _pooled_shape(name: str, src: str, window: PoolWindow) -> list[str]:
+    """A pool's output shape from its input's: each pooled dim's length by PyTorch's rule (no ceil
+    mode), a window that does not fit the input refused."""
+    lines = [f"  kf_shape {shp(name)} = {shp(src)};"]
+    for i in range(window.dims):
+        axis = 3 - window.dims + i
+        k, s, p, d = (v[axis] for v in (window.window, window.stride, window.padding, window.dilation))
+        dim = f"{shp(name)}.d[{shp(src)}.nd - {window.dims - i}]"
+        span = f"{dim} + {2 * p - d * (k - 1) - 1}"
+        lines.append(f"  if ({shp(src)}.nd < {window.dims} || {span} < 0) return KF_ERR_BAD_ARGUMENTS;")
+        lines.append(f"  {dim} = ({span}) / {s} + 1;")
+    return lines

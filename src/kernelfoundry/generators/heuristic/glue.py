@@ -30,6 +30,18 @@ def _reduced(shape, d0, d1, keepdim):
 """
 
 
+# a generated pool's output shape (pools.PoolWindow.out_shape), settings as (d, h, w)
+_POOLED = """
+def _pooled(shape, dims, window, stride, padding, dilation):
+    lead = len(shape) - dims
+    out = [
+        (n + 2 * padding[a] - dilation[a] * (window[a] - 1) - 1) // stride[a] + 1
+        for n, a in zip(shape[lead:], range(3 - dims, 3))
+    ]
+    return tuple(shape[:lead]) + tuple(out)
+"""
+
+
 def _to_last(rank: int) -> tuple[int, ...]:
     """The dims in NHWC order (the channels, dim 1, last): permute() to an NHWC tensor's contiguous view."""
     return (0, *range(2, rank), 1)
@@ -44,12 +56,30 @@ def _dims(order: tuple[int, ...]) -> str:
     return ", ".join(str(d) for d in order)
 
 
+def module_constructor(mod: Any) -> str:
+    """The call that rebuilds a torch.nn module: its repr, except for pooling modules, whose repr
+    leaves settings out (AvgPool2d's shows neither count_include_pad nor divisor_override): those are
+    rebuilt from every setting TorchScript records for them (`__constants__`, constructor arguments
+    there)."""
+    import inspect
+
+    cls = type(mod)
+    settings = list(getattr(cls, "__constants__", ()))
+    if "Pool" in cls.__name__ and settings:
+        accepted = inspect.signature(cls.__init__).parameters
+        if all(name in accepted for name in settings):
+            return f"{cls.__name__}({', '.join(f'{name}={getattr(mod, name)!r}' for name in settings)})"
+    return repr(mod)
+
+
 def _modules_to_recreate(graph: Graph, generated: frozenset[str] = frozenset()) -> list[str]:
     """Leaf modules the glue rebuilds from their reprs: those it calls, and owners of parameters it
     reads. A module only an op kernel computes (`generated` nodes) is not rebuilt, its parameters are
     declared bare: rebuilding it would perform the reference's op in the glue's eyes."""
     used: set[str] = set()
     for n in graph.nodes:
+        if n.kind not in KEPT_IN_TORCH:
+            continue  # a module the unit computes (a fused pool, pools.py)
         if n.fx_node is not None and n.fx_node.op == "call_module" and n.name not in generated:
             used.add(n.fx_node.target)
     computed = {
@@ -87,6 +117,8 @@ def glue_source(
     their generated op kernel (entry) instead of running in torch."""
     ops = ops or {}
     helpers = [_HELPERS, GLUE_HELPERS] if ops else [_HELPERS]
+    if any(n.kind == "pool" for n in graph.nodes):
+        helpers.append(_POOLED)
     # functions a rewrite's node calls (conv_means.py), each defined once
     for n in graph.nodes:
         helper = n.attrs.get("glue_helper") if n.fx_node is None else None
@@ -111,7 +143,7 @@ def glue_source(
 
     for q in recreated:
         declare_containers(q)
-        lines.append(f"        self.{q} = nn.{graph.modules[q]!r}")
+        lines.append(f"        self.{q} = nn.{module_constructor(graph.modules[q])}")
     for v in graph.inputs:
         owner = v.qualname.rsplit(".", 1)[0] if "." in v.qualname else ""
         if v.kind == "input" or owner in recreated:
@@ -226,6 +258,9 @@ def _py_shape(graph: Graph, name: str, expr: dict[str, str]) -> str:
     if node.kind == "reduction":
         d0, d1, keep = reduce_range(node, len(graph.shapes[src.name]))
         return f"_reduced({s}, {d0}, {d1}, {keep})"
+    if node.kind == "pool":
+        w = node.attrs["pool_window"]
+        return f"_pooled({s}, {w.dims}, {w.window}, {w.stride}, {w.padding}, {w.dilation})"
     return s
 
 

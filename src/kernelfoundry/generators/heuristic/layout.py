@@ -20,9 +20,11 @@ runs what it emits.
 
 from __future__ import annotations
 
+from kernelfoundry.generators.heuristic.cuda_pools import pool_accumulate
 from kernelfoundry.generators.heuristic.entry import ptr
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step, reduce_range
+from kernelfoundry.generators.heuristic.pools import pool_window
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
 LAYOUT_TUNABLES = ("// @kf.tunable TILE in [16, 32, 64, 128] default 64",)
@@ -51,6 +53,15 @@ def channels_last_source(graph: Graph, parts: list[Part], backend: str = "cpu") 
         return None
     step = parts[0].steps[0]
     out_shape = tuple(graph.shapes[step.out])
+    if backend == "cuda" and step.kind == "pool" and len(out_shape) in (4, 5):
+        # a pooling window over every spatial dim, its consumers' operands scalars or per channel
+        after = step.epilogue_leaves(graph)
+        if all(
+            _numel(tuple(graph.shapes[leaf.name])) == 1 or per_channel(graph, leaf, out_shape)
+            for leaf in after
+        ):
+            return _conv_leaf(graph, step, backend)
+        return None
     if step.kind != "pointwise" or len(out_shape) not in ((4,) if backend == "cpu" else (4, 5)):
         return None
     return _conv_leaf(graph, step, backend)
@@ -59,7 +70,7 @@ def channels_last_source(graph: Graph, parts: list[Part], backend: str = "cpu") 
 def _conv_leaf(graph: Graph, step: Step, backend: str) -> str | None:
     """The one operand of `step`'s prologue of the prologue's full shape, when it is a conv module's output
     of the kinds the backend's channels-last tail takes and the rest are scalars (CUDA: or per-channel)."""
-    src = step.root.args[0] if step.kind == "reduction" else Ref(step.root.name)
+    src = step.root.args[0] if step.kind in ("reduction", "pool") else Ref(step.root.name)
     if not isinstance(src, Ref):
         return None
     out_shape = tuple(graph.shapes[src.name])
@@ -211,6 +222,8 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
     if reduced is not None:
         return _channel_reduction_unit(graph, part, source, *reduced)
     step = part.steps[0]
+    if step.kind == "pool":
+        return _pool_unit(graph, part, source, step)
     out_name = part.outputs[0]
     out_shape = tuple(graph.shapes[out_name])
     rank = len(out_shape)
@@ -254,6 +267,125 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
         "  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_is(&outputs[0], want)) return KF_ERR_BAD_ARGUMENTS;",
         f"  float* {ptr(out_name)} = KF_DATA(float, &outputs[0]);",
         *_tile_launch(kname, ["HW", "C", ptr(source), ptr(out_name), *args]),
+    ]
+    return "\n".join(kernel), entry
+
+
+def _pool_unit(graph: Graph, part: Part, source: str, step: Step) -> tuple[str, list[str]]:
+    """CUDA: a pooling window (pools.py) over a conv's NHWC (NDHWC) output, its producers evaluated at
+    each tap and its consumers at each output: a block takes 32 output positions x up to 32 channels of
+    one image; a warp's lanes read one tap's consecutive channels (a coalesced row of the NHWC tensor),
+    the block stages the pooled values in a shared tile and writes each channel's 32 positions as one
+    coalesced row of the NCHW output. Positions of an image below 2^31 (checked)."""
+    window = pool_window(step.root)
+    src = step.root.args[0]
+    assert window is not None and isinstance(src, Ref)
+    params, args, loads = _tail_operands(graph, part, step, source, "c0 + c")
+    prologue, value = emit(graph, step, src, lambda leaf: loads[leaf], indent="          ")
+    outs = {
+        leaf: f"{ptr(leaf.name)}[0]"
+        if _numel(tuple(graph.shapes[leaf.name])) == 1
+        else f"{ptr(leaf.name)}[c0 + c]"
+        for leaf in step.epilogue_leaves(graph)
+    }
+    epilogue, result = (
+        emit(graph, step, Ref(step.out), lambda leaf: outs[leaf], "acc", indent="    ")
+        if step.epilogue
+        else ([], "acc")
+    )
+    kd, kh, kw = window.window
+    sd, sh, sw = window.stride
+    pd, ph, pw = window.padding
+    dd, dh, dw = window.dilation
+    neutral, combine, finish = pool_accumulate(window, "u")
+    kname = f"{part.entry_point}_nhwc_pool"
+    kernel = [
+        f"__global__ void __launch_bounds__(256) {kname}(int64_t HW, int64_t C, int ID, int IH, int IW,"
+        " int OH, int OW, const float* __restrict__ src, float* __restrict__ out"
+        + "".join(", " + p for p in params)
+        + ") {",
+        "  __shared__ float tile[32][33];",
+        "  const int64_t n = blockIdx.z, p0 = (int64_t)blockIdx.x * 32, c0 = (int64_t)blockIdx.y * 32;",
+        "  const int np = (int)(HW - p0 < 32 ? HW - p0 : 32), nc = (int)(C - c0 < 32 ? C - c0 : 32);",
+        "  const float* __restrict__ image = src + n * (int64_t)ID * IH * IW * C + c0;",
+        "  for (int e = threadIdx.x; e < np * nc; e += blockDim.x) {",
+        "    const int p = e / nc, c = e - p * nc, q = (int)(p0 + p);",
+        "    const int ow = q % OW, oh = (q / OW) % OH, od = q / OW / OH;",
+        f"    const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};",
+        f"    float acc = {neutral};",
+        "    int cnt = 0;",
+        "    (void)cnt;",
+        "    #pragma unroll",
+        f"    for (int a = 0; a < {kd}; ++a) {{",
+        f"      const int d = d0 + a * {dd};",
+        "      if (d < 0 || d >= ID) continue;",
+        "      #pragma unroll",
+        f"      for (int b = 0; b < {kh}; ++b) {{",
+        f"        const int h = h0 + b * {dh};",
+        "        if (h < 0 || h >= IH) continue;",
+        "        #pragma unroll",
+        f"        for (int k = 0; k < {kw}; ++k) {{",
+        f"          const int w = w0 + k * {dw};",
+        "          if (w < 0 || w >= IW) continue;",
+        "          const float v = image[(((int64_t)d * IH + h) * IW + w) * C + c];",
+        *prologue,
+        f"          const float u = {value};",
+        f"          {combine}",
+        "        }",
+        "      }",
+        "    }",
+        *([f"    {finish}"] if finish else []),
+        *epilogue,
+        f"    tile[p][c] = {result};",
+        "  }",
+        "  __syncthreads();",
+        "  const int tx = threadIdx.x & 31;",
+        "  for (int c = threadIdx.x >> 5; c < nc; c += blockDim.x >> 5) {",
+        "    if (tx < np) out[(n * C + c0 + c) * HW + p0 + tx] = tile[tx][c];",
+        "  }",
+        "}",
+    ]
+    rank = len(graph.shapes[source])
+    x = {name: f"s_{i}" for i, name in enumerate(part.inputs)}[source]
+    entry = _entry_head(part)
+    entry += [
+        f"  if ({x}.nd != {rank}) return KF_ERR_BAD_ARGUMENTS;",
+        f"  const int64_t N = {x}.d[0], C = {x}.d[{rank - 1}];",
+        "  int64_t ID = 1, IH = 1, IW = 1, OD = 1, OH = 1, OW = 1;",
+    ]
+    sizes = (("ID", "OD"), ("IH", "OH"), ("IW", "OW"))[3 - window.dims :]
+    for i, (inner, outer) in enumerate(sizes):
+        axis = 3 - window.dims + i
+        k, st, pad, dil = (v[axis] for v in (window.window, window.stride, window.padding, window.dilation))
+        entry += [
+            f"  {inner} = {x}.d[{1 + i}];",
+            f"  if ({inner} + {2 * pad - dil * (k - 1) - 1} < 0) return KF_ERR_BAD_ARGUMENTS;",
+            f"  {outer} = ({inner} + {2 * pad - dil * (k - 1) - 1}) / {st} + 1;",
+        ]
+    entry += _operand_checks(graph, part, source)
+    entry += [
+        "  const int64_t HW = OD * OH * OW;",
+        "  if (HW > 2147483647 || ID * IH * IW > 2147483647) return KF_ERR_UNSUPPORTED;",
+        "  kf_shape want;",
+        f"  want.nd = {rank}; want.d[0] = N; want.d[1] = C;",
+        *[f"  want.d[{2 + i}] = {outer};" for i, (_, outer) in enumerate(sizes)],
+        "  if (!kf_tensor_ok(&outputs[0]) || !kf_shape_is(&outputs[0], want)) return KF_ERR_BAD_ARGUMENTS;",
+        f"  float* {ptr(part.outputs[0])} = KF_DATA(float, &outputs[0]);",
+        *_tile_launch(
+            kname,
+            [
+                "HW",
+                "C",
+                "(int)ID",
+                "(int)IH",
+                "(int)IW",
+                "(int)OH",
+                "(int)OW",
+                ptr(source),
+                ptr(part.outputs[0]),
+                *args,
+            ],
+        ),
     ]
     return "\n".join(kernel), entry
 

@@ -27,7 +27,7 @@ class Leaf:
 
 @dataclass
 class Step:
-    kind: str  # "pointwise" | "reduction" | "rowop"
+    kind: str  # "pointwise" | "reduction" | "rowop" | "pool"
     out: str  # the value the step writes
     root: OpNode  # the reduction / rowop node, or the final pointwise node
     inlined: set[str] = field(default_factory=set)  # pointwise nodes evaluated in registers
@@ -148,7 +148,24 @@ def row_lead(node: OpNode, xshape: Shape) -> int:
     each where there are as many groups as channels (an instance norm)."""
     if node.op == "group_norm":
         return 2 if len(xshape) > 1 and int(node.attrs["num_groups"]) == int(xshape[1]) else 1
+    if node.kind == "pool":
+        return len(xshape) - int(node.attrs["pool_window"].dims)
     return reduce_range(node, len(xshape))[0]
+
+
+def row_mode(graph: Graph, leaf: Leaf, shape: Shape, lead: int) -> int | None:
+    """How a kernel over `shape` whose rows are its first `lead` dims reads `leaf`: 1 where the leaf is
+    full along the other dims (a run of it a row), 0 where it is constant along them (one value a row,
+    a per-channel bias), None otherwise; along the row dims it may be full or broadcast."""
+    ls = tuple(graph.shapes[leaf.name]) + (1,) * leaf.trail
+    if len(ls) > len(shape):
+        return None
+    ls = (1,) * (len(shape) - len(ls)) + ls
+    if any(d not in (1, n) for d, n in zip(ls[:lead], shape[:lead], strict=True)):
+        return None
+    if ls[lead:] == tuple(shape[lead:]):
+        return 1
+    return 0 if all(d == 1 for d in ls[lead:]) else None
 
 
 @dataclass(frozen=True)
@@ -227,6 +244,14 @@ def _full_or_scalar(graph: Graph, leaf: Leaf, shape: Shape) -> bool:
     return _numel(s) == 1 or (leaf.trail == 0 and tuple(s) == tuple(shape))
 
 
+def _epilogue_fusable(graph: Graph, leaf: Leaf, node: OpNode) -> bool:
+    """Whether a fused epilogue of `node` (a rowop or a pool) can read `leaf` at each output: full or a
+    scalar, a pool's also constant along its pooled dims."""
+    if node.kind == "pool":
+        return row_mode(graph, leaf, node.shape, row_lead(node, node.shape)) is not None
+    return _full_or_scalar(graph, leaf, node.shape)
+
+
 def _cone(graph: Graph, root: str, materialised: set[str], part_names: set[str]) -> set[str]:
     """Pointwise nodes evaluated in registers to produce `root`, stopping at materialised values."""
     cone: set[str] = set()
@@ -248,10 +273,12 @@ def plan_steps(graph: Graph, part: Part, fuse: bool, axis_leaves: bool = False) 
     mat: set[str] = set(part.outputs)
     if not fuse:
         return [Step(n.kind, n.name, n, {n.name} if n.kind == "pointwise" else set()) for n in part.nodes]
-    heavy_steps = [n for n in part.nodes if n.kind in ("reduction", "rowop")]
+    heavy_steps = [n for n in part.nodes if n.kind in ("reduction", "rowop", "pool")]
     mat.update(n.name for n in heavy_steps)
     # Prologue fusion: a reduction / rowop reads its pointwise input cone in registers when every
-    # tensor that cone loads is the input's full shape or a scalar; otherwise the input is materialised.
+    # tensor that cone loads is the input's full shape or a scalar (or, with `axis_leaves`, varies
+    # along one dim); a pool's window taps when each is full or constant along the pooled dims.
+    # Otherwise the input is materialised.
     for r in heavy_steps:
         src = r.args[0]
         if not isinstance(src, Ref) or src.name not in names:
@@ -261,6 +288,8 @@ def plan_steps(graph: Graph, part: Part, fuse: bool, axis_leaves: bool = False) 
         xshape = graph.shapes[src.name]
 
         def fusable(leaf: Leaf, node: OpNode = r, xshape: Shape = xshape, cone: set[str] = cone) -> bool:
+            if node.kind == "pool":
+                return row_mode(graph, leaf, xshape, row_lead(node, xshape)) is not None
             if _full_or_scalar(graph, leaf, xshape):
                 return True
             along = axis_leaf(graph, leaf, node, xshape) if axis_leaves else None
@@ -268,9 +297,10 @@ def plan_steps(graph: Graph, part: Part, fuse: bool, axis_leaves: bool = False) 
 
         if not all(fusable(leaf) for leaf in probe.prologue_leaves(graph)):
             mat.add(src.name)
-    # Epilogue fusion: a rowop whose value flows only through same-shape pointwise nodes into one sink.
+    # Epilogue fusion: a rowop or pool whose value flows only through same-shape pointwise nodes into
+    # one sink.
     epilogue_of: dict[str, str] = {}
-    for r in (n for n in heavy_steps if n.kind == "rowop"):
+    for r in (n for n in heavy_steps if n.kind in ("rowop", "pool")):
         sink = r.name
         while True:
             users = graph.users(sink)
@@ -284,8 +314,8 @@ def plan_steps(graph: Graph, part: Part, fuse: bool, axis_leaves: bool = False) 
         cone = _cone(graph, sink, (mat - {r.name}) | {r.name}, names)
         if any(u.name not in cone for u in graph.users(r.name)):
             continue
-        probe = Step("rowop", sink, r, cone, epilogue=True)
-        if all(_full_or_scalar(graph, leaf, r.shape) for leaf in probe.epilogue_leaves(graph)):
+        probe = Step(r.kind, sink, r, cone, epilogue=True)
+        if all(_epilogue_fusable(graph, leaf, r) for leaf in probe.epilogue_leaves(graph)):
             mat.discard(r.name)
             mat.add(sink)
             epilogue_of[sink] = r.name
@@ -294,14 +324,14 @@ def plan_steps(graph: Graph, part: Part, fuse: bool, axis_leaves: bool = False) 
     for n in part.nodes:
         if n.name in fused_sinks:
             continue
-        if n.kind in ("reduction", "rowop") and n.name not in mat:
+        if n.kind in ("reduction", "rowop", "pool") and n.name not in mat:
             sink = next(s for s, r in epilogue_of.items() if r == n.name)
             cone = _cone(graph, sink, mat | {n.name}, names)
             src = n.args[0]
             if isinstance(src, Ref) and src.name not in mat:
                 cone |= _cone(graph, src.name, mat, names)
-            steps.append(Step("rowop", sink, n, cone, epilogue=True))
-        elif n.kind in ("reduction", "rowop"):
+            steps.append(Step(n.kind, sink, n, cone, epilogue=True))
+        elif n.kind in ("reduction", "rowop", "pool"):
             src = n.args[0]
             cone = set()
             if isinstance(src, Ref) and src.name not in mat:

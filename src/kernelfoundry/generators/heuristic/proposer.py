@@ -43,6 +43,7 @@ from kernelfoundry.generators.heuristic.fold import fold_affine_tails
 from kernelfoundry.generators.heuristic.graph import Graph, UnsupportedGraph, capture
 from kernelfoundry.generators.heuristic.layout import channels_last_source
 from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.generators.heuristic.pools import fuse_pools
 from kernelfoundry.generators.heuristic.scans import lower_scans
 from kernelfoundry.generators.heuristic.settle import settle
 from kernelfoundry.generators.heuristic.unbias import unbias_convs
@@ -57,8 +58,9 @@ _REDUCTIONS = ("block", "warp", "atomic")
 def channels_last_applies(graph: Graph, backend: str = "cpu") -> bool:
     """Whether the graph is a conv with only a pointwise tail left that a channels-last tail can read:
     CPU, a Conv2d after folding its affine tail; CUDA, a 2-D or 3-D conv kept in cuDNN, its bias and
-    other per-channel operands in the tail (unbias.py)."""
-    rewritten = fold_affine_tails(graph)[0] if backend == "cpu" else unbias_convs(graph)
+    other per-channel operands in the tail (unbias.py), the tail a pointwise chain, a reduction over
+    the channels or a pooling window with its producers and consumers (pools.py)."""
+    rewritten = fold_affine_tails(graph)[0] if backend == "cpu" else fuse_pools(unbias_convs(graph))
     try:
         parts = partition(rewritten, True, axis_leaves=backend == "cuda")
     except UnsupportedGraph:

@@ -1,0 +1,96 @@
+"""Pooling windows fused with the pointwise ops around them (the CUDA emitter's `pool` steps).
+
+A conv tail such as `conv -> x - 0.5 -> hardswish -> MaxPool2d(2) -> mish` (KernelBench level2/35) ran
+as the library conv, a kernel for the pointwise head, torch's pooling and a kernel for the pointwise
+tail: the conv's output (1 GB there) went through memory four times. `fuse_pools` marks each fixed-window
+max or average pooling module (not adaptive, no `ceil_mode`, no indices) whose input or output meets a
+generated op as a generated node of kind `pool`: the planner (plan.py) then evaluates the pointwise ops
+that produce its input at every window tap, in registers, and the pointwise ops that consume its output
+while writing it, so the conv's output is read once and only the pooled values are written.
+
+The window's geometry comes from the op kernels' reading of the module (opkernels.op_kernel), the one
+home of those settings. Pure graph rewriting; no torch, no code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
+from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, Shape
+from kernelfoundry.generators.heuristic.opkernels import op_kernel
+
+
+@dataclass(frozen=True)
+class PoolWindow:
+    """A fixed pooling window over the last `dims` dims, each setting as (d, h, w) with 1 (0 for the
+    padding) in front of a 1-D or 2-D window's."""
+
+    dims: int
+    is_max: bool
+    window: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    padding: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+    include_pad: bool = True  # an average's divisor counts the padded taps (PyTorch's count_include_pad)
+    divisor: int = 0  # an average's divisor_override, 0 for none
+
+    def out_len(self, n: int, axis: int) -> int:
+        """The output's length along spatial axis `axis` (0..2 of (d, h, w)) for an input length `n`."""
+        k, s, p, d = self.window[axis], self.stride[axis], self.padding[axis], self.dilation[axis]
+        return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+    def out_shape(self, shape: Shape) -> Shape:
+        lead = len(shape) - self.dims
+        spatial = [self.out_len(n, 3 - self.dims + i) for i, n in enumerate(shape[lead:])]
+        return (*shape[:lead], *spatial)
+
+
+def pool_window(node: OpNode) -> PoolWindow | None:
+    """The window of a `pool` node (fuse_pools set it), None for any other node."""
+    window = node.attrs.get("pool_window") if node.kind == "pool" else None
+    return window if isinstance(window, PoolWindow) else None
+
+
+def _window_of(graph: Graph, node: OpNode) -> PoolWindow | None:
+    kernel = op_kernel(graph, node) if node.kind == "pooling" else None
+    if kernel is None or kernel.family != "pool" or kernel.params["adaptive"]:
+        return None
+    p = kernel.params
+    return PoolWindow(
+        dims=int(p["dims"]),
+        is_max=bool(p["max"]),
+        window=tuple(p["window"]),
+        stride=tuple(p["stride"]),
+        padding=tuple(p["padding"]),
+        dilation=tuple(p["dilation"]),
+        include_pad=bool(p["include_pad"]),
+        divisor=int(p["divisor"]),
+    )
+
+
+def fuse_pools(graph: Graph) -> Graph:
+    """The graph with every fusable pooling node (see the module's doc) of kind `pool`: a batched input
+    (rank dims + 2), a window that fits the input, and a generated op on one side (a pooling between
+    two library ops gains nothing from being generated: the op kernels serve those)."""
+    nodes = list(graph.nodes)
+    by_name = {n.name: n for n in nodes}
+    changed = False
+    for i, n in enumerate(nodes):
+        window = _window_of(graph, n)
+        src = n.args[0] if n.args else None
+        if window is None or not isinstance(src, Ref) or src.trail:
+            continue
+        shape = tuple(graph.shapes[src.name])
+        if len(shape) != window.dims + 2 or src.name in graph.opaque:
+            continue
+        if window.out_shape(shape) != tuple(n.shape) or any(d <= 0 for d in n.shape):
+            continue
+        producer = by_name.get(src.name)
+        generated_in = producer is not None and producer.kind not in KEPT_IN_TORCH
+        generated_out = any(u.kind not in KEPT_IN_TORCH for u in graph.users(n.name))
+        if not (generated_in or generated_out):
+            continue
+        nodes[i] = by_name[n.name] = replace(n, kind="pool", attrs={**n.attrs, "pool_window": window})
+        changed = True
+    return replace(graph, nodes=nodes) if changed else graph
