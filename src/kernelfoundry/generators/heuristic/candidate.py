@@ -45,13 +45,19 @@ def lower_means(graph: Graph) -> Graph:
     return lower_feature_means(lower_conv_means(graph))
 
 
+def means_lowered(variant: Variant) -> bool:
+    """Whether the variant's graph is `lower_means`'s: the fused seeds that neither fold affine tails
+    nor keep the conv or linear literally (Variant.literal_means)."""
+    return variant.fuse and not variant.fold and not variant.literal_means
+
+
 def descriptors_for(
     graph: Graph, backend: str, variant: Variant, source: KernelSource, reference_ops: int
 ) -> Descriptors:
     """The self-report: memory and parallelism from the strategy the variant made the emitter write,
     algorithm from the emitted unit by the archive's fusion rule (it counts the math-op families in the
     code against the reference's op count, so it depends on the task as much as on the strategy)."""
-    if variant.fuse and not variant.fold and not variant.literal_means:
+    if means_lowered(variant):
         graph = lower_means(graph)
     if variant.fold:
         graph, _ = fold_affine_tails(graph)
@@ -145,7 +151,7 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         return KernelSource(
             language="cpp", code=code, entry_point="kf_forward", tunables=parse_tunables(code)
         )
-    if fuse and not variant.fold and not variant.literal_means:
+    if means_lowered(variant):
         graph = lower_means(graph)
     if variant.fold:
         graph, _ = fold_affine_tails(graph)

@@ -41,30 +41,46 @@ from kernelfoundry.generators.heuristic.unbias import CONV_FUNCTIONS
 _AFFINE = frozenset({"add", "sub", "rsub", "mul", "div", "neg", "batch_norm"})
 
 SPATIAL_MEAN_HELPER = '''
+_TAP_READS = {}
+
+
+def _tap_reads(size, k_len, stride, padding, dilation, output_padding, transposed, device, dtype):
+    """(the 0/1 matrix of which of `size` inputs each of `k_len` taps reads, (k_len, size); the conv's
+    output length): shape-only, built once per geometry and device."""
+    key = (size, k_len, stride, padding, dilation, output_padding, transposed, str(device), dtype)
+    if key not in _TAP_READS:
+        i = torch.arange(size, device=device)[None, :]
+        k = torch.arange(k_len, device=device)[:, None]
+        if transposed:
+            out = (size - 1) * stride - 2 * padding + dilation * (k_len - 1) + output_padding + 1
+            o = i * stride - padding + k * dilation
+            reads = (o >= 0) & (o < out)
+        else:
+            out = (size + 2 * padding - dilation * (k_len - 1) - 1) // stride + 1
+            t = i + padding - k * dilation
+            reads = (t >= 0) & (t % stride == 0) & (t < out * stride)
+        _TAP_READS[key] = (reads.to(dtype), out)
+    return _TAP_READS[key]
+
+
 def _conv_spatial_mean(x, weight, bias, transposed, stride, padding, dilation, output_padding, reduced):
     """The mean over the spatial dims `reduced` (0 the first) of conv(x) (conv_transpose(x) when
     `transposed`), groups of one, those dims kept as ones: per weight tap along them the sum of the
     inputs it reads (one 0/1 matrix per reduced dim), then a convolution over the other spatial dims whose
-    input channels are (channel, reduced taps) pairs, or a product with the weight where none is left."""
+    input channels are (channel, reduced taps) pairs, or a product with the weight where none is left.
+    The last reduced dim is contracted first: the input is read once, in its own layout."""
     dims = x.dim() - 2
     kept = [d for d in range(dims) if d not in reduced]
     sums = x
     positions, taps = 1, 1
-    for d in reduced:
+    for d in sorted(reduced, reverse=True):
         size, k_len = x.shape[2 + d], weight.shape[2 + d]
-        i = torch.arange(size, device=x.device)[None, :]
-        k = torch.arange(k_len, device=x.device)[:, None]
-        if transposed:
-            out = (size - 1) * stride[d] - 2 * padding[d] + dilation[d] * (k_len - 1) + output_padding[d] + 1
-            o = i * stride[d] - padding[d] + k * dilation[d]
-            reads = (o >= 0) & (o < out)
-        else:
-            out = (size + 2 * padding[d] - dilation[d] * (k_len - 1) - 1) // stride[d] + 1
-            t = i + padding[d] - k * dilation[d]
-            reads = (t >= 0) & (t % stride[d] == 0) & (t < out * stride[d])
+        extra = output_padding[d] if transposed else 0
+        along = (stride[d], padding[d], dilation[d], extra)
+        reads, out = _tap_reads(size, k_len, *along, transposed, x.device, x.dtype)
         positions *= out
         taps *= k_len
-        sums = torch.matmul(sums.movedim(2 + d, -1), reads.to(x.dtype).t()).movedim(-1, 2 + d)
+        sums = torch.matmul(sums.movedim(2 + d, -1), reads.t()).movedim(-1, 2 + d)
     n, ci = x.shape[0], x.shape[1]
     front = [2 + d for d in reduced]
     back = [2 + d for d in kept]

@@ -492,8 +492,7 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
         vec_paths = vec and not self._read_by_position(leaves)
         # the plain and warp row kernels stream float4 in any case (`_vec_sweep` declares each
         # component's position `j` for the leaves read by it)
-        vec_rows = vec
-        vec_param = ", int vec" if vec_rows else ""
+        vec_param = ", int vec" if vec else ""
         k = [f"__global__ void {kname}_rows(int64_t outer, int64_t R, int splits{vec_param},"
              " float* __restrict__ out" + "".join(", " + p for p in params) + ") {"]  # fmt: skip
         k.append("  __shared__ float kf_scratch[1024 + 33];")
@@ -504,14 +503,14 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
         k.append("    const int64_t base = o * R;")
         sweep = _RowSweep("threadIdx.x", "blockDim.x", "lo + threadIdx.x", "hi", "vec && splits == 1")
-        if atomic and vec_rows:
+        if atomic and vec:
             # a split's share of the row in float4 units, so that split rows stream float4 too
             k.append(
                 "    const int64_t n4all = R >> 2, per4 = (n4all + splits - 1) / splits, lo4 = part * per4;"
             )
             k.append("    const int64_t hi4 = lo4 + per4 < n4all ? lo4 + per4 : n4all;")
             sweep = _RowSweep("threadIdx.x", "blockDim.x", "lo + threadIdx.x", "hi", "vec", ("lo4", "hi4"))
-        k += self._row_accumulate(step, src, leaves, loads, body, val, init, comb, code, op, vec_rows, sweep)
+        k += self._row_accumulate(step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep)
         scale = " / (float)R" if op == "mean" else ""
         if atomic:
             k.append(f"    if (threadIdx.x == 0) atomicAdd(&out[o], acc{scale});")
@@ -536,7 +535,7 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
             try:
                 sweep = _RowSweep("lane", "32", "lane", "R", "vec")
                 k += self._row_accumulate(
-                    step, src, leaves, loads, body, val, init, comb, code, op, vec_rows, sweep
+                    step, src, leaves, loads, body, val, init, comb, code, op, vec, sweep
                 )
             finally:
                 self._lanes = False
@@ -622,7 +621,7 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
             out.append("      const int splits = 1;")
         out.append("      const int64_t nb = outer * splits < 65535 * 8 ? outer * splits : 65535 * 8;")
         varg = ""
-        if vec_rows:
+        if vec:
             out.append(f"      const int vec = {self._vec_ok(leaves, whole_rows=atomic)};")
             varg = ", vec"
         launch = (

@@ -88,6 +88,10 @@ def _chain(graph: Graph, start: OpNode) -> tuple[list[OpNode], OpNode] | None:
         current = nxt
 
 
+def _position(nodes: list[OpNode], name: str) -> int:
+    return next(i for i, n in enumerate(nodes) if n.name == name)
+
+
 def lower_feature_means(graph: Graph) -> Graph:
     """The graph with each linear map whose output only reaches a sum or mean over its features through
     affine ops computed as that mean directly, the ops after it on (..., 1) values."""
@@ -112,10 +116,11 @@ def lower_feature_means(graph: Graph) -> Graph:
         )
         shapes[node.name] = small
         value = small
+        in_chain = {node.name, *(s.name for s in steps)}
         for step in steps:
             args = list(step.args)
             for i, a in enumerate(args):
-                if isinstance(a, Ref) and a.name != node.name and a.name not in {s.name for s in steps}:
+                if isinstance(a, Ref) and a.name not in in_chain:
                     if _varies_along_last(graph, a, rank):
                         # a per-feature shift: its mean over the features
                         shape = (*graph.shapes[a.name], *(1,) * a.trail)
@@ -124,21 +129,20 @@ def lower_feature_means(graph: Graph) -> Graph:
                             {"glue": f"{{0}}{'.unsqueeze(-1)' * a.trail}.mean(-1, keepdim=True)"},
                             (*shape[:-1], 1),
                         )  # fmt: skip
-                        nodes.insert(nodes.index(next(n for n in nodes if n.name == step.name)), mean)
+                        nodes.insert(_position(nodes, step.name), mean)
                         shapes[mean.name] = mean.shape
                         args[i] = Ref(mean.name)
                         a = args[i]
                     value = broadcast_shapes(value, tuple(shapes[a.name]) + (1,) * a.trail)
             shapes[step.name] = value
-            at = next(i for i, n in enumerate(nodes) if n.name == step.name)
-            nodes[at] = replace(step, args=tuple(args), shape=value)
+            nodes[_position(nodes, step.name)] = replace(step, args=tuple(args), shape=value)
         if reduction.op == "sum":
             last = steps[-1].name if steps else node.name
             scaled = OpNode(
                 f"{reduction.name}_features", "mul", "pointwise", (Ref(last), float(features)), {}, value
             )
             shapes[scaled.name] = value
-            at = next(i for i, n in enumerate(nodes) if n.name == reduction.name)
+            at = _position(nodes, reduction.name)
             nodes.insert(at, scaled)
             nodes[at + 1] = replace(reduction, args=(Ref(scaled.name), *reduction.args[1:]))
         changed = True

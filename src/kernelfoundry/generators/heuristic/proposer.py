@@ -32,7 +32,12 @@ from kernelfoundry.generators.base import (
     GenerationUsage,
 )
 from kernelfoundry.generators.heuristic.attention import lower_attention
-from kernelfoundry.generators.heuristic.candidate import descriptors_for, generate_source, lower_means
+from kernelfoundry.generators.heuristic.candidate import (
+    descriptors_for,
+    generate_source,
+    lower_means,
+    means_lowered,
+)
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies, conv_plan
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
 from kernelfoundry.generators.heuristic.cuda_conv import channels_last_operands_apply
@@ -94,9 +99,7 @@ def seed_variants(graph: Graph, backend: str) -> list[tuple[Variant, str]]:
         # moot), and the same seed with the conv or linear kept comes second: the reformulation's own
         # calls (tens of library calls) cost more than a small conv (level2/44 on the H200: 0.83 ms
         # against 0.74 kept; level2/42: 0.97 against 5.40)
-        first = next(
-            i for i, (v, _) in enumerate(seeds) if v.fuse and not (v.gemm or v.fold or v.literal_means)
-        )
+        first = next(i for i, (v, _) in enumerate(seeds) if means_lowered(v) and not v.gemm)
         lead = seeds.pop(first)
         kept = (
             lead[0].with_(literal_means=True),
