@@ -13,6 +13,8 @@
 #   probe-speed tests/kernelbench/probe_gpu_speed.py: the proposer's first CUDA seed per op family vs eager
 #   probe-grid tests/kernelbench/probe_pointwise_grid.py: the pointwise seed's grid capped and uncapped at
 #              KernelBench's sizes, per BLOCK and PER_THREAD, against eager and a copy
+#   probe-kernels tests/kernelbench/probe_candidate_kernels.py: eager, torch.compile and the first
+#              KF_PROBE_SEEDS (2) CUDA candidates of the KF_PROBE_TASKS (level/stem) kernel by kernel
 #   kb:K/N     bench/kernelbench.py run on the K-th of N chunks of the 176 tasks (results appended)
 #   kbs:K/N    the same on a spread sample: every N-th task from the K-th (both levels)
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
@@ -69,6 +71,10 @@ for rung in LADDER:
     probe-grid)
       timeout "${KF_STEP_LIMIT_PROBE_GRID:-150}" python3 tests/kernelbench/probe_pointwise_grid.py \
         --json "$out/probe_pointwise_grid.json" 2>&1 | tee "$out/probe_pointwise_grid.txt"
+      ;;
+    probe-kernels)
+      timeout "${KF_STEP_LIMIT_PROBE_KERNELS:-240}" python3 tests/kernelbench/probe_candidate_kernels.py \
+        --seeds "${KF_PROBE_SEEDS:-2}" ${KF_PROBE_TASKS:-} 2>&1 | tee "$out/probe_candidate_kernels.txt"
       ;;
     kb:* | kbs:*)
       [[ "$step" == kbs:* ]] && select=(--sample "${step#kbs:}") || select=(--chunk "${step#kb:}")

@@ -1,0 +1,138 @@
+"""A probe, not a test: where a KernelBench task's time goes in eager, torch.compile and the proposer's
+first CUDA candidates, kernel by kernel.
+
+    python3 tests/kernelbench/probe_candidate_kernels.py [--seeds N] [LEVEL/STEM ...]
+
+For each task (../shared/kernelbench or $KF_KERNELBENCH, at KernelBench's sizes): the median of 10
+calls (CUDA events, 3 warm-ups, no cache flush: an indication, not the evaluator's figure) of eager,
+torch.compile and each of the first N heuristic candidates (built with nvcc, run through their glue
+in this process, not sandboxed: the proposer's own code only), then per variant the kernels one call
+launches with their device time (torch.profiler), largest first: which kernel of a candidate loses
+to which of torch.compile's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "generators"))
+from native import Unit, build_unit
+
+from kernelfoundry.generators.base import GenerationRequest
+from kernelfoundry.generators.heuristic import HeuristicGenerator
+from kernelfoundry.tasks.model import ShapeVariant, Task
+from kernelfoundry.tasks.reference import instantiate
+
+KB = Path(os.environ.get("KF_KERNELBENCH", Path(__file__).resolve().parents[3] / "shared" / "kernelbench"))
+DEFAULT = [
+    "level2/16_ConvTranspose2d_Mish_Add_Hardtanh_Scaling",
+    "level2/31_Conv2d_Min_Add_Multiply",
+]
+
+
+class Launcher:
+    def __init__(self, unit: Unit) -> None:
+        self.unit = unit
+
+    def launch(self, entry: str, inputs: list[Any], outputs: list[Any]) -> None:
+        rc = self.unit.call(entry, inputs, outputs)
+        if rc != 0:
+            raise RuntimeError(f"{entry} returned {rc}")
+
+
+def median_ms(fn: Any) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def kernels(fn: Any, calls: int = 3) -> list[tuple[str, float]]:
+    """(kernel name, device ms per call), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name[:90]] += event.device_time / 1000.0 / calls
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def report(label: str, fn: Any, expected: torch.Tensor | None = None) -> None:
+    with torch.no_grad():
+        if expected is not None:
+            got = fn()
+            error = (got - expected).abs().max().item()
+            label += f" (max error {error:.2e})"
+        total = median_ms(fn)
+        print(f"  {label}: {total:.3f} ms", flush=True)
+        for name, t in kernels(fn)[:8]:
+            print(f"      {t:8.3f} ms  {name}", flush=True)
+
+
+def probe(task_id: str, seeds: int, work: Path) -> None:
+    path = KB / f"{task_id}.py"
+    task = Task(path.stem, path.read_text(), (ShapeVariant("full"),))
+    ref = instantiate(task, task.shapes[0], seed=1, device="cuda")
+    model, inputs = ref.model, ref.inputs
+    print(f"== {task_id}", flush=True)
+    with torch.no_grad():
+        expected = model(*inputs)
+    report("eager", lambda: model(*inputs))
+    compiled = torch.compile(model)
+    report("torch.compile", lambda: compiled(*inputs))
+    result = HeuristicGenerator().generate_sync(GenerationRequest("probe", task, "cuda", count=seeds))
+    for i, candidate in enumerate(result.candidates[:seeds]):
+        source = candidate.source
+        variant = source.code.splitlines()[1].removeprefix("// @kf.variant ")
+        try:
+            unit = Unit(build_unit(source, work))
+        except RuntimeError as e:
+            print(f"  seed {i} {variant}: build failed {str(e)[:300]}", flush=True)
+            continue
+        glue: dict[str, Any] = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": Launcher(unit)}
+        exec(compile(source.glue, "<glue>", "exec"), glue)
+        new = glue["ModelNew"]().cuda()
+        new.load_state_dict(model.state_dict())
+        report(f"seed {i} {variant}", lambda new=new: new(*inputs), expected)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tasks", nargs="*", default=DEFAULT)
+    parser.add_argument("--seeds", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        for task_id in args.tasks:
+            try:
+                probe(task_id, args.seeds, Path(work))
+            except Exception as e:  # a probe reports and goes on to the next task
+                print(f"  {task_id}: {type(e).__name__}: {e}", flush=True)
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
