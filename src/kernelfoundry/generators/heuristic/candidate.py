@@ -91,7 +91,7 @@ def descriptors_for(
             else (2 if variant.tensor_cores else 1),  # warp-wide MMAs
         )
     if backend == "cpu":
-        parts = partition(graph, variant.fuse)
+        parts = partition(fuse_pools(graph) if variant.fuse else graph, variant.fuse)
         kinds = {s.kind for p in parts for s in p.steps}
         nhwc = variant.channels_last and channels_last_source(graph, parts) is not None
         tiled = variant.cache_rows and variant.fuse and not nhwc and "pointwise" in kinds
@@ -159,7 +159,7 @@ def generate_source(graph: Graph, task_name: str, backend: str, variant: Variant
         graph = unbias_convs(graph)
     if fuse:
         graph = lower_attention(graph)
-    if backend == "cuda" and fuse:
+    if fuse:
         graph = fuse_pools(graph)
     parts = partition(graph, fuse, axis_leaves=backend == "cuda")
     if not parts:

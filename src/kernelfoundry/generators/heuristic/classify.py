@@ -5,6 +5,7 @@ pointwise  elementwise ops and broadcasts (one output element from the same-inde
 reduction  sum / mean / amax / amin / logsumexp over contiguous dimensions
 rowop      normalisations over rows: softmax, log-softmax, layer norm, group norm
 pooling    max / average / adaptive / power-average pooling windows: kept in torch behind the glue
+pool       a fixed max / average window pools.py marked for generation beside generated ops
 other      everything else (views, indexing, ...): kept in torch behind the glue
 
 Pure tables; must never import torch.
@@ -12,7 +13,7 @@ Pure tables; must never import torch.
 
 from __future__ import annotations
 
-KINDS = ("heavy", "pointwise", "reduction", "rowop", "pooling", "other")
+KINDS = ("heavy", "pointwise", "reduction", "rowop", "pooling", "pool", "other")
 KEPT_IN_TORCH = frozenset({"heavy", "pooling", "other"})  # run by the glue; generated parts sit between them
 
 POINTWISE_OPS = frozenset(

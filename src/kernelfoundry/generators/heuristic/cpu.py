@@ -27,7 +27,8 @@ from kernelfoundry.generators.heuristic.layout import (
     channels_last_entry,
     channels_last_source,
 )
-from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step
+from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step, row_lead, row_mode
+from kernelfoundry.generators.heuristic.pools import pool_window, window_taps
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
 from kernelfoundry.generators.heuristic.variant import Variant
@@ -144,7 +145,72 @@ class CpuEmitter:
             return self.pointwise(step)
         if step.kind == "reduction":
             return self.reduction(step)
+        if step.kind == "pool":
+            return self.pool(step)
         return self.rowop(step)
+
+    def pool(self, step: Step) -> list[str]:
+        """A pooling window with its producers evaluated at each tap and its consumers at each output
+        (pools.py): a task per output row (image, channel, depth, height), its outputs in a loop; the
+        operands full along the pooled dims (a run of them a plane) or one value a plane (a bias)."""
+        g = self.graph
+        window = pool_window(step.root)
+        src = step.root.args[0]
+        assert window is not None and isinstance(src, Ref)
+        xshape, oshape = tuple(g.shapes[src.name]), tuple(g.shapes[step.root.name])
+        lead = row_lead(step.root, xshape)
+        out = [
+            f"    const kf_shape X = {shp(src.name)}, S = {shp(step.out)};",
+            f"    const int64_t C = X.d[{lead - 1}], planes = kf_prod(&S, 0, {lead});",
+        ]
+        for i, (inner, outer) in enumerate((("ID", "OD"), ("IH", "OH"), ("IW", "OW"))):
+            dim = lead + i - (3 - window.dims)
+            size = (f"X.d[{dim}]", f"S.d[{dim}]") if dim >= lead else ("1", "1")
+            out.append(f"    const int64_t {inner} = {size[0]}, {outer} = {size[1]};")
+        pre: list[str] = []
+        loads: dict[str, dict[Leaf, str]] = {"taps": {}, "outs": {}}
+        sides = [("p", "taps", step.prologue_leaves(g), "X", xshape, "at")]
+        if step.epilogue:
+            sides.append(("e", "outs", step.epilogue_leaves(g), "S", oshape, "ot"))
+        for prefix, side, leaves, space, shape, at in sides:
+            for k, leaf in enumerate(leaves):
+                mode = row_mode(g, leaf, shape, lead)
+                assert mode is not None, "the planner refuses pool operands read otherwise"
+                name = f"m{prefix}{k}"
+                out.append(f"    kf_rowmap {name};")
+                out.append(
+                    f"    if (!kf_rowmap_make({_leaf_shape(leaf)}, {space}, {lead}, {mode}, &{name}))"
+                    " { rc = KF_ERR_UNSUPPORTED; goto kf_done; }"
+                )
+                offset = f"{ptr(leaf.name)} + kf_rowmap_off(&{name}, nc)"
+                if mode:
+                    pre.append(f"      const float* __restrict q{prefix}{k} = {offset};")
+                    loads[side][leaf] = f"q{prefix}{k}[{at}]"
+                else:
+                    pre.append(f"      const float b{prefix}{k} = *({offset});")
+                    loads[side][leaf] = f"b{prefix}{k}"
+        prologue, value = emit(g, step, src, lambda leaf: loads["taps"][leaf], indent="          ")
+        epilogue, result = (
+            emit(g, step, Ref(step.out), lambda leaf: loads["outs"][leaf], "acc", indent="        ")
+            if step.epilogue
+            else ([], "acc")
+        )
+        out += [
+            "    #pragma omp parallel for schedule(static)",
+            "    for (int64_t r = 0; r < planes * OD * OH; ++r) {",
+            "      const int64_t nc = r / (OD * OH), od = (r / OH) % OD, oh = r % OH;",
+            *pre,
+            f"      float* __restrict o = {ptr(step.out)} + r * OW;",
+            "      for (int64_t ow = 0; ow < OW; ++ow) {",
+            "        const int64_t ot = (od * OH + oh) * OW + ow;",
+            "        (void)ot;",
+            *window_taps(window, prologue, value, "        ", unroll=False),
+            *epilogue,
+            f"        o[ow] = {result};",
+            "      }",
+            "    }",
+        ]
+        return out
 
     def pointwise(self, step: Step) -> list[str]:
         g = self.graph

@@ -15,7 +15,7 @@ from __future__ import annotations
 from kernelfoundry.generators.heuristic.entry import ptr, shp
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf, Step, row_lead, row_mode
-from kernelfoundry.generators.heuristic.pools import PoolWindow, pool_window
+from kernelfoundry.generators.heuristic.pools import PoolWindow, pool_window, window_taps
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
 # outputs a block takes and the most blocks a launch starts (the grid strides over the rest)
@@ -129,29 +129,6 @@ def _sizes(window: PoolWindow, lead: int) -> list[str]:
     return lines
 
 
-def pool_accumulate(window: PoolWindow, value: str) -> tuple[str, str, str]:
-    """(the accumulator's initial value, the statement adding the tap `value` to `acc`, the statement
-    finishing `acc` after the window): a max that keeps NaNs (as PyTorch's), or a sum divided as
-    PyTorch divides an average. The divisor reads the window's start (d0, h0, w0), the input's sizes
-    (ID, IH, IW) and the in-bounds taps counted in `cnt`."""
-    if window.is_max:
-        return "-INFINITY", f"acc = ({value} > acc || {value} != {value}) ? {value} : acc;", ""
-    kd, kh, kw = window.window
-    pd, ph, pw = window.padding
-    if window.divisor:
-        divisor = f"{float(window.divisor)!r}f"
-    elif window.include_pad:
-        # PyTorch: the window clipped to the padded input, before clipping to the input (average
-        # pools have no dilation)
-        divisor = (
-            f"(float)((min(d0 + {kd}, ID + {pd}) - d0) * (min(h0 + {kh}, IH + {ph}) - h0)"
-            f" * (min(w0 + {kw}, IW + {pw}) - w0))"
-        )
-    else:
-        divisor = "(float)(cnt > 0 ? cnt : 1)"
-    return "0.0f", f"acc += {value}; ++cnt;", f"acc = acc / {divisor};"
-
-
 def _kernel(
     kname: str,
     window: PoolWindow,
@@ -166,8 +143,7 @@ def _kernel(
     sd, sh, sw = window.stride
     pd, ph, pw = window.padding
     dd, dh, dw = window.dilation
-    neutral, combine, finish = pool_accumulate(window, "v")
-    body = "\n".join(prologue)
+    taps = "\n".join(window_taps(window, prologue, value, "    ", unroll=True))
     if window.dims == 3:
         position = """    const I plane = row / OH;
     const int oh = (int)(row - plane * OH);
@@ -189,30 +165,7 @@ __global__ void __launch_bounds__({POOL_BLOCK}) {kname}({", ".join(params)}) {{
     const int64_t ot = (int64_t)t - (int64_t)nc * (int64_t)(OD * OH * OW);
     (void)ot;
 {chr(10).join(pre)}
-    const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};
-    float acc = {neutral};
-    int cnt = 0;
-    (void)cnt;
-    #pragma unroll
-    for (int a = 0; a < {kd}; ++a) {{
-      const int d = d0 + a * {dd};
-      if (d < 0 || d >= ID) continue;
-      #pragma unroll
-      for (int b = 0; b < {kh}; ++b) {{
-        const int h = h0 + b * {dh};
-        if (h < 0 || h >= IH) continue;
-        #pragma unroll
-        for (int c = 0; c < {kw}; ++c) {{
-          const int w = w0 + c * {dw};
-          if (w < 0 || w >= IW) continue;
-          const int64_t at = ((int64_t)d * IH + h) * IW + w;
-{body}
-          const float v = {value};
-          {combine}
-        }}
-      }}
-    }}
-    {finish}
+{taps}
 {chr(10).join(epilogue)}
     out[t] = {result};
   }}

@@ -20,11 +20,10 @@ runs what it emits.
 
 from __future__ import annotations
 
-from kernelfoundry.generators.heuristic.cuda_pools import pool_accumulate
 from kernelfoundry.generators.heuristic.entry import ptr
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step, reduce_range
-from kernelfoundry.generators.heuristic.pools import pool_window
+from kernelfoundry.generators.heuristic.pools import pool_window, window_taps
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
 LAYOUT_TUNABLES = ("// @kf.tunable TILE in [16, 32, 64, 128] default 64",)
@@ -281,6 +280,8 @@ def _pool_unit(graph: Graph, part: Part, source: str, step: Step) -> tuple[str, 
     src = step.root.args[0]
     assert window is not None and isinstance(src, Ref)
     params, args, loads = _tail_operands(graph, part, step, source, "c0 + c")
+    # the conv's value at the tap's position, this thread's channel: one element of an NHWC row
+    loads = {leaf: "image[at * C + c]" if load == "v" else load for leaf, load in loads.items()}
     prologue, value = emit(graph, step, src, lambda leaf: loads[leaf], indent="          ")
     outs = {
         leaf: f"{ptr(leaf.name)}[0]"
@@ -293,11 +294,7 @@ def _pool_unit(graph: Graph, part: Part, source: str, step: Step) -> tuple[str, 
         if step.epilogue
         else ([], "acc")
     )
-    kd, kh, kw = window.window
-    sd, sh, sw = window.stride
-    pd, ph, pw = window.padding
-    dd, dh, dw = window.dilation
-    neutral, combine, finish = pool_accumulate(window, "u")
+    taps = window_taps(window, prologue, value, "    ", unroll=True)
     kname = f"{part.entry_point}_nhwc_pool"
     kernel = [
         f"__global__ void __launch_bounds__(256) {kname}(int64_t HW, int64_t C, int ID, int IH, int IW,"
@@ -311,30 +308,7 @@ def _pool_unit(graph: Graph, part: Part, source: str, step: Step) -> tuple[str, 
         "  for (int e = threadIdx.x; e < np * nc; e += blockDim.x) {",
         "    const int p = e / nc, c = e - p * nc, q = (int)(p0 + p);",
         "    const int ow = q % OW, oh = (q / OW) % OH, od = q / OW / OH;",
-        f"    const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};",
-        f"    float acc = {neutral};",
-        "    int cnt = 0;",
-        "    (void)cnt;",
-        "    #pragma unroll",
-        f"    for (int a = 0; a < {kd}; ++a) {{",
-        f"      const int d = d0 + a * {dd};",
-        "      if (d < 0 || d >= ID) continue;",
-        "      #pragma unroll",
-        f"      for (int b = 0; b < {kh}; ++b) {{",
-        f"        const int h = h0 + b * {dh};",
-        "        if (h < 0 || h >= IH) continue;",
-        "        #pragma unroll",
-        f"        for (int k = 0; k < {kw}; ++k) {{",
-        f"          const int w = w0 + k * {dw};",
-        "          if (w < 0 || w >= IW) continue;",
-        "          const float v = image[(((int64_t)d * IH + h) * IW + w) * C + c];",
-        *prologue,
-        f"          const float u = {value};",
-        f"          {combine}",
-        "        }",
-        "      }",
-        "    }",
-        *([f"    {finish}"] if finish else []),
+        *taps,
         *epilogue,
         f"    tile[p][c] = {result};",
         "  }",

@@ -9,7 +9,8 @@ that produce its input at every window tap, in registers, and the pointwise ops 
 while writing it, so the conv's output is read once and only the pooled values are written.
 
 The window's geometry comes from the op kernels' reading of the module (opkernels.op_kernel), the one
-home of those settings. Pure graph rewriting; no torch, no code.
+home of those settings. `window_taps` is the window's C loop nest the CUDA (cuda_pools.py, layout.py)
+and C++ (cpu.py) pool steps share. Pure graph rewriting and string building; no torch.
 """
 
 from __future__ import annotations
@@ -94,3 +95,66 @@ def fuse_pools(graph: Graph) -> Graph:
         nodes[i] = by_name[n.name] = replace(n, kind="pool", attrs={**n.attrs, "pool_window": window})
         changed = True
     return replace(graph, nodes=nodes) if changed else graph
+
+
+def pool_accumulate(window: PoolWindow, value: str) -> tuple[str, str, str]:
+    """(the accumulator's initial value, the statement adding the tap `value` to `acc`, the statement
+    finishing `acc` after the window): a max that keeps NaNs (as PyTorch's), or a sum divided as
+    PyTorch divides an average. The divisor reads the window's start (d0, h0, w0), the input's sizes
+    (ID, IH, IW) and the in-bounds taps counted in `cnt`."""
+    if window.is_max:
+        return "-INFINITY", f"acc = ({value} > acc || {value} != {value}) ? {value} : acc;", ""
+    kd, kh, kw = window.window
+    pd, ph, pw = window.padding
+    if window.divisor:
+        divisor = f"{float(window.divisor)!r}f"
+    elif window.include_pad:
+        # PyTorch: the window clipped to the padded input, before clipping to the input (average
+        # pools have no dilation)
+        divisor = (
+            f"(float)((kf_imin(d0 + {kd}, ID + {pd}) - d0) * (kf_imin(h0 + {kh}, IH + {ph}) - h0)"
+            f" * (kf_imin(w0 + {kw}, IW + {pw}) - w0))"
+        )
+    else:
+        divisor = "(float)(cnt > 0 ? cnt : 1)"
+    return "0.0f", f"acc += {value}; ++cnt;", f"acc = acc / {divisor};"
+
+
+def window_taps(window: PoolWindow, tap: list[str], value: str, indent: str, unroll: bool) -> list[str]:
+    """C statements pooling one output at (od, oh, ow) (ints in scope, with the input's sizes ID, IH,
+    IW) into `acc`: the window's start (d0, h0, w0), then for each in-bounds tap its input position
+    `at` within the (image, channel) plane, the `tap` statements and the tap's `value` combined, then
+    an average's division. The geometry is baked in (`unroll`: CUDA's pragmas over the fixed loops)."""
+    kd, kh, kw = window.window
+    sd, sh, sw = window.stride
+    pd, ph, pw = window.padding
+    dd, dh, dw = window.dilation
+    neutral, combine, finish = pool_accumulate(window, "tap")
+    pragma = ["#pragma unroll"] if unroll else []
+    body = [
+        f"const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};",
+        f"float acc = {neutral};",
+        "int cnt = 0;",
+        "(void)cnt;",
+        *pragma,
+        f"for (int a = 0; a < {kd}; ++a) {{",
+        f"  const int d = d0 + a * {dd};",
+        "  if (d < 0 || d >= ID) continue;",
+        *["  " + p for p in pragma],
+        f"  for (int b = 0; b < {kh}; ++b) {{",
+        f"    const int h = h0 + b * {dh};",
+        "    if (h < 0 || h >= IH) continue;",
+        *["    " + p for p in pragma],
+        f"    for (int k = 0; k < {kw}; ++k) {{",
+        f"      const int w = w0 + k * {dw};",
+        "      if (w < 0 || w >= IW) continue;",
+        "      const int64_t at = ((int64_t)d * IH + h) * IW + w;",
+        *[line.removeprefix(indent) for line in tap],
+        f"      const float tap = {value};",
+        f"      {combine}",
+        "    }",
+        "  }",
+        "}",
+        *([finish] if finish else []),
+    ]
+    return [indent + line for line in body]

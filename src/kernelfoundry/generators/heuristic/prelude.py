@@ -167,6 +167,8 @@ KF_HD int64_t kf_div(kf_divider v, int64_t a) {
 
 KF_HD int64_t kf_mod(kf_divider v, int64_t a) { return a - kf_div(v, a) * v.d; }
 
+KF_HD int64_t kf_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
 #ifdef __CUDACC__
 /* 32-bit index arithmetic when the row index allows: 64-bit division is emulated on the GPU. */
 __device__ __forceinline__ int64_t kf_rowmap_off_dev(const kf_rowmap& m, int64_t r) {
