@@ -11,6 +11,7 @@ from kernelfoundry.generators.base import GenerationRequest, Generator, ParentKe
 from kernelfoundry.generators.heuristic import HeuristicGenerator, capture, parse_tunables, parse_variant
 from kernelfoundry.generators.heuristic.classify import classify_op
 from kernelfoundry.generators.heuristic.plan import partition
+from kernelfoundry.generators.heuristic.pools import fuse_pools
 from kernelfoundry.tasks.analysis import reference_op_count
 from kernelfoundry.tasks.model import ShapeVariant, Task
 
@@ -47,7 +48,7 @@ def test_classification_of_ops() -> None:
 POOLING_TAIL = (Path(__file__).resolve().parents[2] / "fixtures" / "tasks" / "conv_pool_tail.py").read_text()
 
 
-def test_pooling_is_its_own_kind_kept_in_torch_between_generated_parts() -> None:
+def test_pooling_is_its_own_kind_kept_in_torch_unless_a_fixed_window_module_fuses() -> None:
     task = Task("pool_tail", POOLING_TAIL, shapes=(ShapeVariant("small", {}),))
     graph = capture(task)
     kinds = {n.op: n.kind for n in graph.nodes}
@@ -56,10 +57,14 @@ def test_pooling_is_its_own_kind_kept_in_torch_between_generated_parts() -> None
     parts = partition(graph, fuse=True)
     # relu between the conv and the max pool, then x * 2 before the average pool, then + 1 and tanh
     assert len(parts) == 3
+    # the fused seeds generate the MaxPool2d module with the relu before it and the x * 2 after it
+    # (pools.py); the functional average pool stays in torch
+    fused = partition(fuse_pools(graph), fuse=True)
+    assert [[s.kind for s in p.steps] for p in fused] == [["pool"], ["pointwise"]]
     result = HeuristicGenerator().generate_sync(GenerationRequest("p", task, "cpu", count=2))
     assert not result.error, result.message
     glue = result.candidates[0].source.glue
-    assert "self.pool = nn.MaxPool2d(" in glue and "avg_pool2d(" in glue and glue.count("kf.launch(") == 3
+    assert "self.pool(" not in glue and "avg_pool2d(" in glue and glue.count("kf.launch(") == 2
 
 
 def test_capture_bakes_init_scalars_and_records_shapes() -> None:
