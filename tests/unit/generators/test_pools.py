@@ -2,15 +2,12 @@
 `pool` nodes with their geometry (adaptive windows, ceil mode, indices and pools between two library
 ops stay in torch); the planner fuses the pointwise producers into the window's taps and the
 consumers into the write when their operands are full or constant along the pooled dims; the glue
-rebuilds pooling modules with every setting (AvgPool's repr drops two)."""
+rebuilds pooling modules with every setting (test_module_constructor.py)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-from torch import nn
 
-from kernelfoundry.generators.heuristic.glue import module_constructor
 from kernelfoundry.generators.heuristic.graph import capture
 from kernelfoundry.generators.heuristic.plan import partition
 from kernelfoundry.generators.heuristic.pools import PoolWindow, fuse_pools, pool_window
@@ -107,18 +104,3 @@ def test_an_operand_that_varies_along_a_pooled_dim_only_is_written_out_first() -
     graph = graph_of("self.pool(self.conv(x) * self.row)", row="12")
     steps = [s.kind for part in partition(graph, fuse=True, axis_leaves=True) for s in part.steps]
     assert steps == ["pointwise", "pool"]
-
-
-def test_module_constructor_rebuilds_every_pooling_setting() -> None:
-    for mod in (
-        nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False, divisor_override=4),
-        nn.MaxPool3d(2, 1, 1, dilation=2),
-        nn.AvgPool1d(4, count_include_pad=False),
-    ):
-        rebuilt = eval(f"nn.{module_constructor(mod)}", {"nn": nn})
-        assert type(rebuilt) is type(mod)
-        assert all(getattr(rebuilt, k) == getattr(mod, k) for k in type(mod).__constants__)
-    assert module_constructor(nn.Conv2d(3, 4, 3)) == repr(nn.Conv2d(3, 4, 3))
-    x = torch.randn(1, 1, 6, 6)
-    mod = nn.AvgPool2d(3, 2, 1, count_include_pad=False)
-    torch.testing.assert_close(eval(f"nn.{module_constructor(mod)}", {"nn": nn})(x), mod(x))

@@ -1,11 +1,12 @@
 """The Python glue (`ModelNew`) for graphs whose heavy ops stay in torch.
 
-`ModelNew.__init__` recreates the reference's parameterised modules from their reprs (same attribute
-names, so the evaluator copies the reference's weights by name) and bare parameters/buffers with their
-shapes; `forward` runs heavy and other torch nodes in order and calls each generated part through the
-injected `kf.launch(entry, inputs, outputs)`, preallocating outputs with shapes computed from the
-inputs'. The glue never calls the ops a part replaces, uses no try/except, threads, files or timers.
-Pure string building; torch is only touched to read module types.
+`ModelNew.__init__` recreates the reference's parameterised modules with every constructor setting
+(`module_constructor`; same attribute names, so the evaluator copies the reference's weights by name)
+and bare parameters/buffers with their shapes; `forward` runs heavy and other torch nodes in order and
+calls each generated part through the injected `kf.launch(entry, inputs, outputs)`, preallocating
+outputs with shapes computed from the inputs'. The glue never calls the ops a part replaces, uses no
+try/except, threads, files or timers. Pure string building; torch is only touched to read module types
+and settings.
 """
 
 from __future__ import annotations
@@ -56,24 +57,69 @@ def _dims(order: tuple[int, ...]) -> str:
     return ", ".join(str(d) for d in order)
 
 
+# constructor arguments a module keeps under another attribute name
+_SETTING_ATTRIBUTES = {("PairwiseDistance", "p"): "norm"}
+
+
 def module_constructor(mod: Any) -> str:
-    """The call that rebuilds a torch.nn module: its repr, except for pooling modules, whose repr
-    leaves settings out (AvgPool2d's shows neither count_include_pad nor divisor_override): those are
-    rebuilt from every setting TorchScript records for them (`__constants__`, constructor arguments
-    there)."""
+    """The call that rebuilds a torch.nn module with every setting it was built with: each constructor
+    argument from the attribute of its name (a repr leaves settings out: AvgPool2d's shows neither
+    count_include_pad nor divisor_override, a loss's no reduction or margin, a conv's padding_mode
+    unquoted). A weight-like argument (a bias flag, a loss's class weights) is rebuilt as its flag or
+    an empty tensor of its shape, the values coming with the state dict; an argument the module does
+    not keep (PReLU's init, deprecated loss flags) keeps its default. The repr where a setting is of
+    a kind this does not write."""
     import inspect
 
+    import torch
+
     cls = type(mod)
-    settings = list(getattr(cls, "__constants__", ()))
-    if "Pool" in cls.__name__ and settings:
-        accepted = inspect.signature(cls.__init__).parameters
-        if all(name in accepted for name in settings):
-            return f"{cls.__name__}({', '.join(f'{name}={getattr(mod, name)!r}' for name in settings)})"
-    return repr(mod)
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return repr(mod)
+    args = []
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in ("device", "dtype") or p.name[0] == "_":
+            continue
+        attribute = _SETTING_ATTRIBUTES.get((cls.__name__, p.name), p.name)
+        if not hasattr(mod, attribute):
+            continue
+        value = getattr(mod, attribute)
+        if isinstance(p.default, bool) and (value is None or isinstance(value, torch.Tensor)):
+            code = repr(value is not None)  # `bias=True`: the module holds the tensor or None
+        elif isinstance(value, torch.Tensor):
+            code = f"torch.empty({tuple(value.shape)!r})"
+        else:
+            code = _setting(value)
+            if code is None:
+                return repr(mod)
+        args.append(f"{p.name}={code}")
+    return f"{cls.__name__}({', '.join(args)})"
+
+
+def _setting(value: Any) -> str | None:
+    """Python source for a module setting (numbers, strings, flags, None, tuples and lists of them),
+    or None for anything else."""
+    import math
+
+    if value is None or isinstance(value, bool | int | str):
+        return repr(value)
+    if isinstance(value, float):
+        return f"float({str(value)!r})" if math.isinf(value) or math.isnan(value) else repr(value)
+    if isinstance(value, tuple | list):
+        items = [_setting(v) for v in value]
+        if any(i is None for i in items):
+            return None
+        inner = ", ".join(i for i in items if i is not None)
+        if isinstance(value, list):
+            return f"[{inner}]"
+        return f"({inner},)" if items else "()"
+    return None
 
 
 def _modules_to_recreate(graph: Graph, generated: frozenset[str] = frozenset()) -> list[str]:
-    """Leaf modules the glue rebuilds from their reprs: those it calls, and owners of parameters it
+    """Leaf modules the glue rebuilds (`module_constructor`): those it calls, and owners of parameters it
     reads. A module only an op kernel computes (`generated` nodes) is not rebuilt, its parameters are
     declared bare: rebuilding it would perform the reference's op in the glue's eyes."""
     used: set[str] = set()

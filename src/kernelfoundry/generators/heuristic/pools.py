@@ -97,17 +97,25 @@ def fuse_pools(graph: Graph) -> Graph:
     return replace(graph, nodes=nodes) if changed else graph
 
 
+def inside(window: PoolWindow) -> bool:
+    """Whether every window lies inside the input (no padding; no ceil mode is taken): its taps need
+    no bounds checks and an average divides by the window's size."""
+    return not any(window.padding)
+
+
 def pool_accumulate(window: PoolWindow, value: str) -> tuple[str, str, str]:
     """(the accumulator's initial value, the statement adding the tap `value` to `acc`, the statement
     finishing `acc` after the window): a max that keeps NaNs (as PyTorch's), or a sum divided as
     PyTorch divides an average. The divisor reads the window's start (d0, h0, w0), the input's sizes
-    (ID, IH, IW) and the in-bounds taps counted in `cnt`."""
+    (ID, IH, IW) and the in-bounds taps counted in `cnt`, unless every window lies inside."""
     if window.is_max:
         return "-INFINITY", f"acc = ({value} > acc || {value} != {value}) ? {value} : acc;", ""
     kd, kh, kw = window.window
     pd, ph, pw = window.padding
     if window.divisor:
         divisor = f"{float(window.divisor)!r}f"
+    elif inside(window):
+        divisor = f"{float(kd * kh * kw)!r}f"
     elif window.include_pad:
         # PyTorch: the window clipped to the padded input, before clipping to the input (average
         # pools have no dilation)
@@ -117,37 +125,49 @@ def pool_accumulate(window: PoolWindow, value: str) -> tuple[str, str, str]:
         )
     else:
         divisor = "(float)(cnt > 0 ? cnt : 1)"
-    return "0.0f", f"acc += {value}; ++cnt;", f"acc = acc / {divisor};"
+    count = "" if inside(window) else " ++cnt;"
+    return "0.0f", f"acc += {value};{count}", f"acc = acc / {divisor};"
 
 
-def window_taps(window: PoolWindow, tap: list[str], value: str, indent: str, unroll: bool) -> list[str]:
-    """C statements pooling one output at (od, oh, ow) (ints in scope, with the input's sizes ID, IH,
-    IW) into `acc`: the window's start (d0, h0, w0), then for each in-bounds tap its input position
-    `at` within the (image, channel) plane, the `tap` statements and the tap's `value` combined, then
-    an average's division. The geometry is baked in (`unroll`: CUDA's pragmas over the fixed loops)."""
+def window_taps(
+    window: PoolWindow, tap: list[str], value: str, indent: str, unroll: bool, index: str = "int"
+) -> list[str]:
+    """C statements pooling one output at (od, oh, ow) (in scope, with the input's sizes ID, IH, IW)
+    into `acc`: the window's start (d0, h0, w0), then for each in-bounds tap its input position `at`
+    within the (image, channel) plane, the `tap` statements and the tap's `value` combined, then an
+    average's division. The geometry is baked in (`unroll`: CUDA's pragmas over the fixed loops); a
+    window that lies inside the input checks no bounds (a loop over outputs vectorises); positions in
+    `index` arithmetic."""
     kd, kh, kw = window.window
     sd, sh, sw = window.stride
     pd, ph, pw = window.padding
     dd, dh, dw = window.dilation
     neutral, combine, finish = pool_accumulate(window, "tap")
     pragma = ["#pragma unroll"] if unroll else []
+    checks = ("", "", "")
+    if not inside(window):
+        checks = (
+            "  if (d < 0 || d >= ID) continue;",
+            "    if (h < 0 || h >= IH) continue;",
+            "      if (w < 0 || w >= IW) continue;",
+        )
+    count = [] if inside(window) else ["int cnt = 0;", "(void)cnt;"]
     body = [
-        f"const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};",
+        f"const {index} d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};",
         f"float acc = {neutral};",
-        "int cnt = 0;",
-        "(void)cnt;",
+        *count,
         *pragma,
         f"for (int a = 0; a < {kd}; ++a) {{",
-        f"  const int d = d0 + a * {dd};",
-        "  if (d < 0 || d >= ID) continue;",
+        f"  const {index} d = d0 + a * {dd};",
+        *checks[:1],
         *["  " + p for p in pragma],
         f"  for (int b = 0; b < {kh}; ++b) {{",
-        f"    const int h = h0 + b * {dh};",
-        "    if (h < 0 || h >= IH) continue;",
+        f"    const {index} h = h0 + b * {dh};",
+        *checks[1:2],
         *["    " + p for p in pragma],
         f"    for (int k = 0; k < {kw}; ++k) {{",
-        f"      const int w = w0 + k * {dw};",
-        "      if (w < 0 || w >= IW) continue;",
+        f"      const {index} w = w0 + k * {dw};",
+        *checks[2:],
         "      const int64_t at = ((int64_t)d * IH + h) * IW + w;",
         *[line.removeprefix(indent) for line in tap],
         f"      const float tap = {value};",
@@ -157,4 +177,4 @@ def window_taps(window: PoolWindow, tap: list[str], value: str, indent: str, unr
         "}",
         *([finish] if finish else []),
     ]
-    return [indent + line for line in body]
+    return [indent + line for line in body if line]
