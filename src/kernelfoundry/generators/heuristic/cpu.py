@@ -27,8 +27,8 @@ from kernelfoundry.generators.heuristic.layout import (
     channels_last_entry,
     channels_last_source,
 )
-from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step, row_lead, row_mode
-from kernelfoundry.generators.heuristic.pools import inside, pool_window, window_taps
+from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step, row_mode
+from kernelfoundry.generators.heuristic.pools import inside, pool_step, window_taps
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
 from kernelfoundry.generators.heuristic.stepexpr import emit
 from kernelfoundry.generators.heuristic.variant import Variant
@@ -154,11 +154,7 @@ class CpuEmitter:
         (pools.py): a task per output row (image, channel, depth, height), its outputs in a loop; the
         operands full along the pooled dims (a run of them a plane) or one value a plane (a bias)."""
         g = self.graph
-        window = pool_window(step.root)
-        src = step.root.args[0]
-        assert window is not None and isinstance(src, Ref)
-        xshape, oshape = tuple(g.shapes[src.name]), tuple(g.shapes[step.root.name])
-        lead = row_lead(step.root, xshape)
+        window, src, xshape, oshape, lead = pool_step(g, step)
         out = [
             f"    const kf_shape X = {shp(src.name)}, S = {shp(step.out)};",
             f"    const int64_t C = X.d[{lead - 1}], planes = kf_prod(&S, 0, {lead});",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from kernelfoundry.generators.heuristic.entry import ptr, shp
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
-from kernelfoundry.generators.heuristic.plan import Leaf, Step, row_lead, row_mode
-from kernelfoundry.generators.heuristic.pools import PoolWindow, pool_window, window_taps
+from kernelfoundry.generators.heuristic.plan import Leaf, Step, row_mode
+from kernelfoundry.generators.heuristic.pools import PoolWindow, pool_step, window_taps
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
 # outputs a block takes and the most blocks a launch starts (the grid strides over the rest)
@@ -39,11 +39,7 @@ class PoolKernels:
 
     def pool(self, step: Step) -> list[str]:
         g = self.graph
-        window = pool_window(step.root)
-        src = step.root.args[0]
-        assert window is not None and isinstance(src, Ref)
-        xshape, oshape = tuple(g.shapes[src.name]), tuple(g.shapes[step.root.name])
-        lead = row_lead(step.root, xshape)
+        window, src, xshape, oshape, lead = pool_step(g, step)
         before = _reads(g, step.prologue_leaves(g), xshape, lead)
         after = _reads(g, step.epilogue_leaves(g), oshape, lead) if step.epilogue else {}
         kname = f"kf_step{self.counter}"

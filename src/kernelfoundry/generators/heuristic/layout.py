@@ -242,14 +242,7 @@ def cuda_channels_last_unit(graph: Graph, part: Part, source: str) -> tuple[str,
         "    const int p = e / nc, c = e - p * nc;",
         "    const float v = rows[(int64_t)p * C + c];",
         *body,
-        f"    tile[p][c] = {result};",
-        "  }",
-        "  __syncthreads();",
-        "  const int tx = threadIdx.x & 31;",
-        "  for (int c = threadIdx.x >> 5; c < nc; c += blockDim.x >> 5) {",
-        "    if (tx < np) out[(n * C + c0 + c) * HW + p0 + tx] = tile[tx][c];",
-        "  }",
-        "}",
+        *_tile_out(result),
     ]
     entry = _entry_head(part)
     pointers = {name: f"s_{i}" for i, name in enumerate(part.inputs)}
@@ -310,14 +303,7 @@ def _pool_unit(graph: Graph, part: Part, source: str, step: Step) -> tuple[str, 
         "    const int ow = q % OW, oh = (q / OW) % OH, od = q / OW / OH;",
         *taps,
         *epilogue,
-        f"    tile[p][c] = {result};",
-        "  }",
-        "  __syncthreads();",
-        "  const int tx = threadIdx.x & 31;",
-        "  for (int c = threadIdx.x >> 5; c < nc; c += blockDim.x >> 5) {",
-        "    if (tx < np) out[(n * C + c0 + c) * HW + p0 + tx] = tile[tx][c];",
-        "  }",
-        "}",
+        *_tile_out(result),
     ]
     rank = len(graph.shapes[source])
     x = {name: f"s_{i}" for i, name in enumerate(part.inputs)}[source]
@@ -460,6 +446,21 @@ def _channel_reduction_unit(
         "}",
     ]
     return "\n".join(kernel), entry
+
+
+def _tile_out(result: str) -> list[str]:
+    """A tail kernel's end: the element's `result` staged at tile[p][c], then each channel's positions
+    written as one coalesced row of the NCHW output (`out`, with n, C, HW, p0, c0, np, nc in scope)."""
+    return [
+        f"    tile[p][c] = {result};",
+        "  }",
+        "  __syncthreads();",
+        "  const int tx = threadIdx.x & 31;",
+        "  for (int c = threadIdx.x >> 5; c < nc; c += blockDim.x >> 5) {",
+        "    if (tx < np) out[(n * C + c0 + c) * HW + p0 + tx] = tile[tx][c];",
+        "  }",
+        "}",
+    ]
 
 
 def _tile_launch(kname: str, args: list[str]) -> list[str]:

@@ -16,10 +16,12 @@ and C++ (cpu.py) pool steps share. Pure graph rewriting and string building; no 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.graph import Graph, OpNode, Ref, Shape
 from kernelfoundry.generators.heuristic.opkernels import op_kernel
+from kernelfoundry.generators.heuristic.plan import Step, row_lead
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,25 @@ def pool_window(node: OpNode) -> PoolWindow | None:
     """The window of a `pool` node (fuse_pools set it), None for any other node."""
     window = node.attrs.get("pool_window") if node.kind == "pool" else None
     return window if isinstance(window, PoolWindow) else None
+
+
+class PoolStep(NamedTuple):
+    """What a pool step's emitters read: its window, input, the input's and output's shapes and how
+    many leading dims index its (image, channel) planes."""
+
+    window: PoolWindow
+    src: Ref
+    xshape: Shape
+    oshape: Shape
+    lead: int
+
+
+def pool_step(graph: Graph, step: Step) -> PoolStep:
+    window = pool_window(step.root)
+    src = step.root.args[0]
+    assert window is not None and isinstance(src, Ref)
+    xshape = tuple(graph.shapes[src.name])
+    return PoolStep(window, src, xshape, tuple(graph.shapes[step.root.name]), row_lead(step.root, xshape))
 
 
 def _window_of(graph: Graph, node: OpNode) -> PoolWindow | None:
