@@ -4,18 +4,26 @@ shuffles and tie-breaking where there is no GPU (nothing about speed or the GPU'
 The unit's `name<<<grid, block, smem, stream>>>(args)` launches become calls of `emu_launch`, and a
 small `cuda_runtime.h` stands in for CUDA's: each block's threads are OS threads that run the kernel
 body one block after another, `__syncthreads` is a barrier of the block's threads, `__shared__`
-variables are statics (one block runs at a time), warp shuffles exchange values through per-warp
-slots between two barriers of the warp, `__ldg` of a float4 checks its 16-byte alignment. The unit is
-then built by g++ (C++20) into a shared library that `native.Unit` calls with CPU tensors.
+variables are statics (one block runs at a time) and the dynamic `extern __shared__` array a buffer of
+the launch's size, warp shuffles exchange values through per-warp slots between two barriers of the
+warp, `__ldg` of a float4 checks its 16-byte alignment. The inline PTX the GEMM and conv families issue
+is rewritten into calls of its emulation (`emulate_ptx`): `cvt.rna.tf32.f32` rounds to TF32 (nearest,
+ties away from zero), `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` exchanges the warp's
+fragments through per-warp slots and each lane sums its four outputs from the PTX ISA's fragment
+layout, `cp.async` copies at once (zeros past its source size; 16-byte copies check both addresses'
+alignment) and its groups' commit and wait are no-ops; any other PTX fails the build, named. The unit
+is then built by g++ (C++20) into a shared library that `native.Unit` calls with CPU tensors.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from kernelfoundry.abi import include_dir
 
@@ -38,6 +46,7 @@ RUNTIME_H = r"""
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __constant__ static const
 #define __align__(n) __attribute__((aligned(n)))
 struct dim3 {
   unsigned x, y, z;
@@ -48,6 +57,9 @@ inline thread_local uint3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct float2 { float x, y; };
+struct int4 { int x, y, z, w; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
 struct alignas(4) uchar4 { unsigned char x, y, z, w; };
 template <class T> inline T __ldg(const T* p) { return *p; }
 inline float4 __ldg(const float4* p) {
@@ -66,6 +78,15 @@ enum { cudaMemAllocationTypePinned = 1, cudaMemLocationTypeDevice = 1, cudaMemPo
 struct cudaMemLocation { int type, id; };
 struct cudaMemPoolProps { int allocType; cudaMemLocation location; };
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return 0; }
+/* a few SMs, so that the units' split-K and wave arithmetic take their many-blocks branches */
+enum { cudaDevAttrMultiProcessorCount = 16, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+typedef int cudaDeviceAttr;
+typedef int cudaFuncAttribute;
+inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
+  *v = attr == cudaDevAttrMultiProcessorCount ? 4 : 0;
+  return 0;
+}
+template <class F> inline cudaError_t cudaFuncSetAttribute(F, int, int) { return 0; }
 inline cudaError_t cudaMemPoolCreate(cudaMemPool_t* p, const cudaMemPoolProps*) { *p = (void*)1; return 0; }
 inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, int, void*) { return 0; }
 inline cudaError_t cudaMallocFromPoolAsync(void** p, size_t n, cudaMemPool_t, cudaStream_t) {
@@ -77,6 +98,7 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 template <class A, class B> inline auto min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) -> decltype(a + b) { return a > b ? a : b; }
@@ -105,6 +127,57 @@ template <class T> inline T __shfl_down_sync(unsigned, T v, int d) {
   const int lane = emu_tid() & 31;
   return emu_shfl(v, lane + d < 32 ? lane + d : lane);
 }
+/* inline PTX (emulate_ptx rewrites each statement into one of these) */
+inline uint32_t emu_cvt_rna_tf32(float x) {  /* TF32: 10 mantissa bits, nearest, ties away from zero */
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  /* not inf / nan: half of the dropped ulp */
+  return u & 0xffffe000u;
+}
+inline uint32_t emu_frag[1024][6];
+inline float emu_tf32(uint32_t u) { return __uint_as_float(u & 0xffffe000u); }
+/* d = a (16 x 8, row) * b (8 x 8, col) + c over the warp: lane = 4 g + t holds a (g, t), (g + 8, t),
+   (g, t + 4), (g + 8, t + 4); b (t, g), (t + 4, g); c (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) */
+inline void emu_mma_m16n8k8_tf32(float& c0, float& c1, float& c2, float& c3, uint32_t a0, uint32_t a1,
+                                 uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  const int t = emu_tid(), w = t / 32, lane = t & 31, base = w * 32, g = lane >> 2, q = lane & 3;
+  const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
+  memcpy(emu_frag[t], mine, sizeof mine);
+  emu_warp_bar[w]->arrive_and_wait();
+  auto A = [&](int r, int k) {
+    return emu_tf32(emu_frag[base + (r & 7) * 4 + (k & 3)][(r >= 8) + 2 * (k >= 4)]);
+  };
+  auto B = [&](int k, int n) { return emu_tf32(emu_frag[base + n * 4 + (k & 3)][4 + (k >= 4)]); };
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+  for (int k = 0; k < 8; ++k) {
+    s0 += A(g, k) * B(k, 2 * q);
+    s1 += A(g, k) * B(k, 2 * q + 1);
+    s2 += A(g + 8, k) * B(k, 2 * q);
+    s3 += A(g + 8, k) * B(k, 2 * q + 1);
+  }
+  emu_warp_bar[w]->arrive_and_wait();
+  c0 += s0;
+  c1 += s1;
+  c2 += s2;
+  c3 += s3;
+}
+/* a shared address is a handle to the pointer it came from (the unit keeps it 32 bits wide) */
+inline thread_local void* emu_shared_at[64];
+inline thread_local unsigned emu_shared_next;
+inline unsigned __cvta_generic_to_shared(const void* p) {
+  const unsigned h = emu_shared_next++ & 63;
+  emu_shared_at[h] = const_cast<void*>(p);
+  return h;
+}
+inline void emu_cp_async(unsigned dst, const void* src, int size, int src_size) {
+  unsigned char* d = static_cast<unsigned char*>(emu_shared_at[dst & 63]);
+  assert(((uintptr_t)d) % size == 0 && "misaligned cp.async destination");
+  assert((src_size == 0 || ((uintptr_t)src) % size == 0) && "misaligned cp.async source");
+  assert(src_size >= 0 && src_size <= size);
+  if (src_size > 0) memcpy(d, src, src_size);
+  memset(d + src_size, 0, size - src_size);
+}
+inline unsigned char* emu_dynamic_smem;
 inline void emu_launch(dim3 g, dim3 b, const std::function<void()>& fn) {
   gridDim = g;
   blockDim = b;
@@ -126,6 +199,12 @@ inline void emu_launch(dim3 g, dim3 b, const std::function<void()>& fn) {
       }
     });
   for (auto& t : threads) t.join();
+}
+inline void emu_launch(dim3 g, dim3 b, size_t smem, const std::function<void()>& fn) {
+  std::vector<unsigned char> buffer(smem + 16);  /* over-aligned by hand: the unit's __align__(16) */
+  emu_dynamic_smem = buffer.data() + (16 - ((uintptr_t)buffer.data()) % 16) % 16;
+  emu_launch(g, b, fn);
+  emu_dynamic_smem = nullptr;
 }
 """
 
@@ -172,8 +251,84 @@ def rewrite_launches(source: str) -> str:
                 break
             m += 1
         call = f"{source[j:i]}({source[k + 4 : m]})"
-        out += source[:j] + f"emu_launch(dim3({config[0]}), dim3({config[1]}), [&] {{ {call}; }})"
+        smem = f", (size_t)({config[2]})" if len(config) > 2 and config[2] != "0" else ""
+        out += source[:j] + f"emu_launch(dim3({config[0]}), dim3({config[1]}){smem}, [&] {{ {call}; }})"
         source = source[m + 1 :]
+    return out + source
+
+
+_ASM = re.compile(r"\basm(?:\s+volatile)?\s*\(")
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_OPERAND = re.compile(r'^"[^"]*"\s*\((.*)\)$', re.S)  # "constraint"(expression)
+_CP_ASYNC = re.compile(r"cp\.async\.c[ag]\.shared\.global \[%0\], \[%1\], (\d+), %2;")
+_DYNAMIC_SHARED = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?float (\w+)\[\];")
+
+
+def _operands(section: str) -> list[str]:
+    """The expressions of an asm operand list (`"=r"(big), "f"(x)`)."""
+    if not section.strip():
+        return []
+    found = []
+    for part in _split_top(section):
+        match = _OPERAND.match(part.strip())
+        if match is None:
+            raise ValueError(f"unreadable asm operand: {part!r}")
+        found.append(match.group(1))
+    return found
+
+
+def _emulated(template: str, outputs: list[str], inputs: list[str]) -> str:
+    """The C++ statement that does what the PTX `template` does to its operands."""
+    if template.startswith("cvt.rna.tf32.f32 "):
+        return f"{outputs[0]} = emu_cvt_rna_tf32({inputs[0]});"
+    if template.startswith("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "):
+        return f"emu_mma_m16n8k8_tf32({', '.join(outputs + inputs)});"
+    if (copy := _CP_ASYNC.fullmatch(template)) is not None:
+        dst, src, src_size = inputs
+        return f"emu_cp_async({dst}, {src}, {copy.group(1)}, {src_size});"
+    if template in ("cp.async.commit_group;", "cp.async.wait_group %0;", "cp.async.wait_all;"):
+        return "(void)0;"  # every copy landed when it was issued
+    raise ValueError(f"no emulation for inline PTX: {template!r}")
+
+
+def _asm_parts(body: str) -> list[str]:
+    """An asm statement's parts (template, outputs, inputs, ...): split at the colons outside strings
+    and brackets."""
+    parts, depth, current, quoted = [], 0, "", False
+    for i, ch in enumerate(body):
+        if ch == '"' and (i == 0 or body[i - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted:
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+            if ch == ":" and depth == 0:
+                parts.append(current)
+                current = ""
+                continue
+        current += ch
+    return [*parts, current]
+
+
+def emulate_ptx(source: str) -> str:
+    """`source` with every inline PTX statement (`asm("..." : outputs : inputs);`) replaced by its
+    emulation, and the dynamic shared array a pointer to the launch's buffer."""
+    source = _DYNAMIC_SHARED.sub(r"float* const \1 = reinterpret_cast<float*>(emu_dynamic_smem);", source)
+    out = ""
+    while (match := _ASM.search(source)) is not None:
+        depth, end, quoted = 1, match.end(), False
+        while depth:
+            ch = source[end]
+            if ch == '"' and source[end - 1] != "\\":
+                quoted = not quoted
+            elif not quoted:
+                depth += ch == "("
+                depth -= ch == ")"
+            end += 1
+        parts = [*_asm_parts(source[match.end() : end - 1]), "", ""]
+        template = "".join(m.group(1) for m in _STRING.finditer(parts[0]))
+        semicolon = source.index(";", end)
+        out += source[: match.start()] + _emulated(template, _operands(parts[1]), _operands(parts[2]))
+        source = source[semicolon + 1 :]
     return out + source
 
 
@@ -201,12 +356,47 @@ def build_emulated(code: str, out_dir: Path) -> Path:
         staged.write_text(RUNTIME_H)
         os.replace(staged, header)
     src = Path(tempfile.mkstemp(suffix=".cpp", dir=out_dir)[1])
-    src.write_text(rewrite_launches(code))
+    src.write_text(rewrite_launches(emulate_ptx(code)))
     lib = src.with_suffix(".so")
     # __CUDACC__: the prelude's device helpers (the emulation stands in for what they call)
-    cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-D__CUDACC__", "-Wno-unknown-pragmas"]
+    # hidden symbols, no unique ones: units loaded side by side in one process each keep their own
+    # kernels and `__shared__` statics (two units' `kf_gemm<0>` would otherwise bind to the first loaded)
+    cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-fvisibility=hidden", "-fno-gnu-unique"]
+    cmd += ["-D__CUDACC__", "-Wno-unknown-pragmas"]
     cmd += [f"-I{runtime}", f"-I{include_dir()}"]
     proc = subprocess.run([*cmd, str(src), "-o", str(lib), "-lpthread"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"emulation build failed: {proc.stderr[:4000]}")
     return lib
+
+
+def emulated_output(task: Any, kernel: Any, out_dir: Path) -> tuple[Any, Any]:
+    """(the unit's output under the emulation, the reference's) for the task's first shape, on the CPU:
+    through the kernel's glue when it has one (its `kf.launch` calls the emulated unit), else its entry
+    point called with the inputs, parameters and buffers."""
+    import torch
+    from native import Unit
+
+    from kernelfoundry.tasks.reference import instantiate
+
+    unit = Unit(build_emulated(kernel.code, out_dir))
+
+    class Launcher:
+        def launch(self, entry: str, inputs: list[Any], outputs: list[Any]) -> None:
+            assert unit.call(entry, inputs, outputs) == 0
+
+    reference = instantiate(task, task.shapes[0], seed=1, device="cpu")
+    with torch.no_grad():
+        expected = reference.model(*reference.inputs)
+        if kernel.glue:
+            glue: dict[str, Any] = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+            glue["kf"] = Launcher()
+            exec(compile(kernel.glue, "<glue>", "exec"), glue)
+            candidate = glue["ModelNew"]()
+            candidate.load_state_dict(reference.model.state_dict())
+            got = candidate(*reference.inputs)
+        else:
+            state = [*reference.model.parameters(), *reference.model.buffers()]
+            got = torch.full_like(expected, float("nan"))  # what the unit leaves unwritten fails
+            assert unit.call(kernel.entry_point, [*reference.inputs, *state], [got]) == 0
+    return got, expected

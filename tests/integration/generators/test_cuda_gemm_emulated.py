@@ -1,0 +1,94 @@
+"""The CUDA GEMM family's units (cuda_gemm.py: the SIMT kernel and the 3xTF32 tensor-core one) run under
+the CPU emulation of cuda_emulation.py, its `mma.sync` and TF32 rounding included, and match torch on
+the CPU at KernelBench's float32 tolerance on the awkward shapes test_cuda_gemm.py judges on a GPU:
+ragged tiles, K not a multiple of 4 (scalar loads), one partial k slice, a long K split across blocks."""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_emulation import emulate_ptx, emulated_output, emulation_ready
+from test_cuda_gemm import (
+    AWKWARD,
+    COMBOS,
+    GEMM_TASKS,
+    MATMUL_SHAPES,
+    MATMULS,
+    TC_COMBOS,
+    gemm_source,
+    matmul_task,
+    task,
+)
+
+from kernelfoundry.tasks.model import Task
+from tests.integration.generators.cuda_judge import with_params
+
+pytestmark = pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
+
+# The long-K shape's tensor-core unit takes ~17 s of barriers to emulate: one matmul runs it
+LONG_K = MATMUL_SHAPES[3]
+
+
+def test_inline_ptx_becomes_calls_of_its_emulation() -> None:
+    source = """
+  extern __shared__ __align__(16) float kf_smem[];
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+  asm volatile("cp.async.commit_group;");
+  asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2));
+"""
+    assert (
+        emulate_ptx(source)
+        == """
+  float* const kf_smem = reinterpret_cast<float*>(emu_dynamic_smem);
+  big = emu_cvt_rna_tf32(x);
+  emu_mma_m16n8k8_tf32(c0, c1, c2, c3, a[0], a[1], a[2], a[3], b0, b1);
+  emu_cp_async(d, src, 4, ok ? 4 : 0);
+  (void)0;
+  (void)0;
+"""
+    )
+
+
+def test_inline_ptx_without_an_emulation_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="ldmatrix"):
+        emulate_ptx(
+            'asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0}, [%1];" : "=r"(r) : "r"(p));'
+        )
+
+
+def check(t: Task, units: list[tuple[bool, dict[str, int]]], out: Path) -> None:
+    import torch
+
+    sources = [with_params(gemm_source(t, tc), combo) for tc, combo in units]
+    with ThreadPoolExecutor(2) as pool:  # g++ takes most of the time
+        results = list(pool.map(lambda s: emulated_output(t, s, out), sources))
+    for (tc, combo), (got, expected) in zip(units, results, strict=True):
+        label = f"{t.name} {'3xTF32' if tc else 'SIMT'} {combo}"
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=lambda m, x=label: f"{x}: {m}")
+
+
+@pytest.mark.parametrize("shape", AWKWARD, ids=lambda s: "x".join(str(v) for v in s.values()))
+@pytest.mark.parametrize("name", GEMM_TASKS)
+def test_linear_units_match_torch_at_every_tensor_core_tiling(
+    name: str, shape: dict[str, int], tmp_path: Path
+) -> None:
+    units = [(False, COMBOS[0]), (False, COMBOS[-1]), *((True, combo) for combo in TC_COMBOS)]
+    check(task(name, shape), units, tmp_path)
+
+
+@pytest.mark.parametrize("shape", MATMUL_SHAPES, ids=lambda s: "x".join(str(v) for v in s.values()))
+@pytest.mark.parametrize("name", list(MATMULS))
+def test_matmul_units_match_torch(name: str, shape: dict[str, int], tmp_path: Path) -> None:
+    if shape == LONG_K and name != "nn":
+        pytest.skip("the long K's split is the same for every matmul layout: `nn` runs it")
+    check(matmul_task(name, shape), [(False, COMBOS[-1]), (True, {})], tmp_path)
