@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 from collections import defaultdict
@@ -26,7 +25,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "generators"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from native import Unit, build_unit
+from probe_conv_layouts import ms  # the same timing as the layout probe's
 
 from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator
@@ -48,20 +49,6 @@ class Launcher:
         rc = self.unit.call(entry, inputs, outputs)
         if rc != 0:
             raise RuntimeError(f"{entry} returned {rc}")
-
-
-def median_ms(fn: Any) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def kernels(fn: Any, calls: int = 3) -> list[tuple[str, float]]:
@@ -87,7 +74,7 @@ def report(label: str, fn: Any, expected: torch.Tensor | None = None) -> None:
             got = fn()
             error = (got - expected).abs().max().item()
             label += f" (max error {error:.2e})"
-        total = median_ms(fn)
+        total = ms(fn)
         print(f"  {label}: {total:.3f} ms", flush=True)
         for name, t in kernels(fn)[:8]:
             print(f"      {t:8.3f} ms  {name}", flush=True)

@@ -6,7 +6,8 @@ small `cuda_runtime.h` stands in for CUDA's: each block's threads are OS threads
 body one block after another, `__syncthreads` is a barrier of the block's threads, `__shared__`
 variables are statics (one block runs at a time) and the dynamic `extern __shared__` array a buffer of
 the launch's size, warp shuffles exchange values through per-warp slots between two barriers of the
-warp, `__ldg` of a float4 checks its 16-byte alignment. The inline PTX the GEMM and conv families issue
+warp, `__ldg` of a float4 and every access through a pointer cast to float4 / float2 check their
+alignment. The inline PTX the GEMM and conv families issue
 is rewritten into calls of its emulation (`emulate_ptx`): `cvt.rna.tf32.f32` rounds to TF32 (nearest,
 ties away from zero), `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` exchanges the warp's
 fragments through per-warp slots and each lane sums its four outputs from the PTX ISA's fragment
@@ -177,6 +178,11 @@ inline void emu_cp_async(unsigned dst, const void* src, int size, int src_size) 
   if (src_size > 0) memcpy(d, src, src_size);
   memset(d + src_size, 0, size - src_size);
 }
+/* a float4 / float2 access through a cast pointer: the GPU faults where it is not aligned to its size */
+template <class T, class P> inline T* emu_vec_ptr(P p) {
+  assert(((uintptr_t)p) % sizeof(T) == 0 && "misaligned vector access");
+  return reinterpret_cast<T*>(p);
+}
 inline unsigned char* emu_dynamic_smem;
 inline void emu_launch(dim3 g, dim3 b, const std::function<void()>& fn) {
   gridDim = g;
@@ -262,6 +268,7 @@ _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _OPERAND = re.compile(r'^"[^"]*"\s*\((.*)\)$', re.S)  # "constraint"(expression)
 _CP_ASYNC = re.compile(r"cp\.async\.c[ag]\.shared\.global \[%0\], \[%1\], (\d+), %2;")
 _DYNAMIC_SHARED = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?float (\w+)\[\];")
+_VECTOR_CAST = re.compile(r"reinterpret_cast<((?:const )?float[24])\s*\*>\(")
 
 
 def _operands(section: str) -> list[str]:
@@ -311,8 +318,10 @@ def _asm_parts(body: str) -> list[str]:
 
 def emulate_ptx(source: str) -> str:
     """`source` with every inline PTX statement (`asm("..." : outputs : inputs);`) replaced by its
-    emulation, and the dynamic shared array a pointer to the launch's buffer."""
+    emulation, the dynamic shared array a pointer to the launch's buffer, and every float4 / float2
+    access through a cast pointer checked for its alignment."""
     source = _DYNAMIC_SHARED.sub(r"float* const \1 = reinterpret_cast<float*>(emu_dynamic_smem);", source)
+    source = _VECTOR_CAST.sub(r"emu_vec_ptr<\1>(", source)
     out = ""
     while (match := _ASM.search(source)) is not None:
         depth, end, quoted = 1, match.end(), False
@@ -345,8 +354,9 @@ def emulation_ready() -> bool:
         return proc.returncode == 0
 
 
-def build_emulated(code: str, out_dir: Path) -> Path:
-    """The unit `code` (CUDA) built for the CPU emulation: the path of its shared library."""
+def build_emulated(code: str, out_dir: Path, params: dict[str, int] | None = None) -> Path:
+    """The unit `code` (CUDA) built for the CPU emulation, its tunables set to `params` (defines, as the
+    product's builds set them): the path of its shared library."""
     runtime = out_dir / "emu_include"
     runtime.mkdir(exist_ok=True)
     header = runtime / "cuda_runtime.h"
@@ -362,7 +372,7 @@ def build_emulated(code: str, out_dir: Path) -> Path:
     # hidden symbols, no unique ones: units loaded side by side in one process each keep their own
     # kernels and `__shared__` statics (two units' `kf_gemm<0>` would otherwise bind to the first loaded)
     cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-fvisibility=hidden", "-fno-gnu-unique"]
-    cmd += ["-D__CUDACC__", "-Wno-unknown-pragmas"]
+    cmd += ["-D__CUDACC__", "-Wno-unknown-pragmas", *(f"-D{k}={v}" for k, v in (params or {}).items())]
     cmd += [f"-I{runtime}", f"-I{include_dir()}"]
     proc = subprocess.run([*cmd, str(src), "-o", str(lib), "-lpthread"], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -379,7 +389,7 @@ def emulated_output(task: Any, kernel: Any, out_dir: Path) -> tuple[Any, Any]:
 
     from kernelfoundry.tasks.reference import instantiate
 
-    unit = Unit(build_emulated(kernel.code, out_dir))
+    unit = Unit(build_emulated(kernel.code, out_dir, dict(getattr(kernel, "params", None) or {})))
 
     class Launcher:
         def launch(self, entry: str, inputs: list[Any], outputs: list[Any]) -> None:

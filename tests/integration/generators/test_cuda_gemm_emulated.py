@@ -92,3 +92,19 @@ def test_matmul_units_match_torch(name: str, shape: dict[str, int], tmp_path: Pa
     if shape == LONG_K and name != "nn":
         pytest.skip("the long K's split is the same for every matmul layout: `nn` runs it")
     check(matmul_task(name, shape), [(False, COMBOS[-1]), (True, {})], tmp_path)
+
+
+@pytest.mark.parametrize("shape", [AWKWARD[0], AWKWARD[3], MATMUL_SHAPES[0], MATMUL_SHAPES[2]], ids=str)
+def test_operand_rows_that_are_no_float4_runs_are_staged_padded(
+    shape: dict[str, int], tmp_path: Path
+) -> None:
+    """KF_STAGE_RATIO 0 stages every operand whose contiguous dim is no multiple of 4 (the launcher
+    does so where the product dwarfs the copy): the float4 tile loads then read the padded rows, their
+    zeros past K (and past M or N) adding nothing."""
+    staged = {"KF_STAGE_RATIO": 0}
+    if "M" in shape:
+        for name in ("nn", "tn", "nt", "tt", "rank3", "sum_tail"):
+            check(matmul_task(name, shape), [(False, staged), (True, staged)], tmp_path)
+    else:
+        for name in GEMM_TASKS:
+            check(task(name, shape), [(False, {**COMBOS[0], **staged}), (True, staged)], tmp_path)

@@ -112,6 +112,20 @@ CASES = {
         "self.op(x)",
         "torch.randn(2, 2, 5, 6, 7)",
     ),
+    # rows of 150 outputs: the host's inside pass in chunks of 64, its 17 taps a row unrolled
+    "max_pool2d_wide_window_long_rows": (
+        "        self.op = nn.MaxPool2d(17, stride=1, padding=8)",
+        "x",
+        "self.op(x)",
+        "torch.randn(1, 2, 20, 150)",
+    ),
+    # 17 x 17 = 289 (d, h) rows of a window: more than the inside pass holds, the sweeps alone
+    "avg_pool3d_window_of_more_rows_than_held": (
+        "        self.op = nn.AvgPool3d(17, stride=(1, 1, 2))",
+        "x",
+        "self.op(x)",
+        "torch.randn(1, 2, 18, 18, 40)",
+    ),
     "adaptive_avg_pool2d": (
         "        self.op = nn.AdaptiveAvgPool2d((5, 3))",
         "x",

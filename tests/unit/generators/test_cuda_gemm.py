@@ -135,10 +135,16 @@ def test_the_unit_is_one_kernel_on_the_given_stream_with_the_abi_entry_point() -
     code = seed.source.code
     assert '#include "kf_abi.h"' in code and "KF_DEFINE_ABI_VERSION()" in code
     assert "KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs," in code
-    assert code.count("__global__") == 1
-    # float4 loads when K % 4 == 0 and both operands are 16-byte aligned, else the scalar-load instance
+    # the product, and the copy that stages operand rows which are no float4 runs
+    assert code.count("__global__") == 2 and "kf_stage_rows" in code
+    # float4 loads when both operands' rows are float4 runs (K % 4 == 0 here, 16-byte aligned pointers),
+    # staged padded where the product dwarfs the copy, else the scalar-load instance
     assert "kf_gemm<1><<<grid, 256, 0, st>>>" in code and "kf_gemm<0><<<grid, 256, 0, st>>>" in code
-    assert "K % 4 == 0 && ((uintptr_t)X) % 16 == 0 && ((uintptr_t)W) % 16 == 0" in code
+    assert "int lda = (int)K, ldb = (int)K;" in code
+    assert "if ((double)M * (double)N * (double)K >= KF_STAGE_RATIO * copied) {" in code
+    assert "XA = kf_stage(X, M, &lda, &staged[0], st);" in code
+    assert "WB = kf_stage(W, N, &ldb, &staged[1], st);" in code
+    assert "lda % 4 == 0 && ldb % 4 == 0 &&" in code
     assert "n_inputs != 3" in code and "return KF_ERR_BAD_ARGUMENTS" in code
     assert "__shared__ __align__(16) float As[2][BK][BM + KF_PAD];" in code  # double-buffered, padded
     assert "fmaf(a[i], b[j], acc[i][j])" in code
@@ -239,17 +245,17 @@ def matmul_seeds(expr: str, a: str = "8, 12", b: str = "12, 16") -> list[Generat
 
 
 @pytest.mark.parametrize(
-    ("expr", "a", "b", "a_kmajor", "b_kmajor", "runs"),
+    ("expr", "a", "b", "a_kmajor", "b_kmajor", "strides"),
     [
-        ("torch.matmul(A, B)", "8, 12", "12, 16", 0, 1, "K % 4 == 0 && N % 4 == 0"),
-        ("torch.matmul(A.T, B)", "12, 8", "12, 16", 1, 1, "M % 4 == 0 && N % 4 == 0"),
-        ("A @ B.t()", "8, 12", "16, 12", 0, 0, "K % 4 == 0"),
-        ("A.T @ B.T", "12, 8", "16, 12", 1, 0, "M % 4 == 0 && K % 4 == 0"),
-        ("torch.matmul(A, B)", "2, 8, 12", "12, 16", 0, 1, "K % 4 == 0 && N % 4 == 0"),
+        ("torch.matmul(A, B)", "8, 12", "12, 16", 0, 1, "lda = (int)K, ldb = (int)N"),
+        ("torch.matmul(A.T, B)", "12, 8", "12, 16", 1, 1, "lda = (int)M, ldb = (int)N"),
+        ("A @ B.t()", "8, 12", "16, 12", 0, 0, "lda = (int)K, ldb = (int)K"),
+        ("A.T @ B.T", "12, 8", "16, 12", 1, 0, "lda = (int)M, ldb = (int)K"),
+        ("torch.matmul(A, B)", "2, 8, 12", "12, 16", 0, 1, "lda = (int)K, ldb = (int)N"),
     ],
 )
 def test_a_bare_matmul_leads_with_the_gemm_reading_each_operand_as_it_is_laid_out(
-    expr: str, a: str, b: str, a_kmajor: int, b_kmajor: int, runs: str
+    expr: str, a: str, b: str, a_kmajor: int, b_kmajor: int, strides: str
 ) -> None:
     seeds = matmul_seeds(expr, a, b)
     first = seeds[0]
@@ -258,7 +264,8 @@ def test_a_bare_matmul_leads_with_the_gemm_reading_each_operand_as_it_is_laid_ou
     assert not first.source.glue  # A and B go to the unit as given: no copy, no cuBLAS
     assert f"#define KF_A_KMAJOR {a_kmajor}" in code and f"#define KF_B_KMAJOR {b_kmajor}" in code
     assert "#define KF_TILE_NEEDED 1" in code
-    assert f"const int vec = {runs} && ((uintptr_t)X) % 16 == 0" in code
+    # each operand's rows are its contiguous dim: float4 loads where those are float4 runs
+    assert f"int {strides};" in code
     assert "v[j] = acc[i][j];" in code and "(void)bias;" in code
     # the output keeps A's leading dims: (2, 8, 16) is M = 16 rows of N
     assert "kf_prod(&so, 0, so.nd - 1) != M || so.d[so.nd - 1] != N" in code

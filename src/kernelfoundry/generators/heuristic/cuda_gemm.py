@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cpu_gemm import GemmPlan, gemm_plan, linear_operands, matmul_operands
+from kernelfoundry.generators.heuristic.cuda import ALLOC
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_DEFAULTS, TC_LOOP, TC_OPEN, TC_TUNABLES
 from kernelfoundry.generators.heuristic.cuda_gemm_tiles import GEMM_OPERANDS, TILE_DECLS, TILE_IO, TILE_STATE
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
@@ -65,6 +66,38 @@ class _Layout:
     row_lanes: tuple[int, ...]  # shuffle offsets that join the lanes sharing a row
     leader: str  # the lane that adds a row's partial
 
+
+# A vectorised unit whose operand rows are no float4 runs (a contiguous dim not a multiple of 4:
+# level1/8_Matmul_with_irregular_shapes_, K 2949 and N 5921) copies them into rows padded with zeros
+# to a multiple of 4 before the product (kf_stage), when the product's multiply-adds are at least this
+# many times the floats copied: there the copy costs a few percent of the product, and the tile loads
+# of the padded rows are float4 (the scalar-load kernel ran that matmul at 66% of its floor on the
+# H200, 0.76x eager, where the float4 one runs the aligned matmuls at ~100%).
+STAGE_RATIO = 1024
+
+STAGE = r"""
+/* `rows` rows of `cols` floats copied into rows of `ld` floats (ld >= cols, a multiple of 4) with zeros
+   after each row: a block a row at a time */
+__global__ void __launch_bounds__(256) kf_stage_rows(const float* __restrict__ src, float* __restrict__ dst,
+                                                     int64_t rows, int cols, int ld) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int c = threadIdx.x; c < ld; c += blockDim.x) dst[r * ld + c] = c < cols ? src[r * cols + c] : 0.0f;
+  }
+}
+
+/* The operand `src` (rows x *ld) staged into rows padded to a multiple of 4, on the stream: src itself
+   when its rows already are float4 runs or no memory was had (then *ld unchanged) */
+static const float* kf_stage(const float* src, int64_t rows, int* ld, float** staged, cudaStream_t st) {
+  if (*ld % 4 == 0 && ((uintptr_t)src) % 16 == 0) return src;
+  const int padded = (*ld + 3) / 4 * 4;
+  float* dst = kf_alloc(sizeof(float) * (size_t)(rows * padded), st);
+  if (dst == nullptr) return src;
+  kf_stage_rows<<<(unsigned)(rows < 65536 ? rows : 65536), 256, 0, st>>>(src, dst, rows, *ld, padded);
+  *ld = padded;
+  *staged = dst;
+  return dst;
+}
+"""
 
 _SIMT = _Layout(
     row="m0 + (i >> 2) * 64 + ty * 4 + (i & 3)",
@@ -98,7 +131,8 @@ static_assert(BK == 8 || BK == 16, "BK must be 8 or 16");
 template <int VEC>
 __global__ void __launch_bounds__(256, 2) kf_gemm(int M, int N, int K, const float* __restrict__ X,
                                                   const float* __restrict__ W, const float* __restrict__ bias,
-                                                  float* __restrict__ out, int vec_out, int kchunk) {
+                                                  float* __restrict__ out, int vec_out, int kchunk,
+                                                  int lda, int ldb) {
 """
     + TILE_DECLS
     + r"""  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -300,6 +334,8 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
     for name, value in (TC_DEFAULTS if tc else _DEFAULTS).items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
+    if variant.vectorize:
+        lines += [f"#ifndef KF_STAGE_RATIO\n#define KF_STAGE_RATIO {STAGE_RATIO}\n#endif", ALLOC, STAGE]
     lines += [
         f"#define KF_A_KMAJOR {int(plan.x_transposed)}  /* A given as (K, M) */",
         f"#define KF_B_KMAJOR {int(plan.matmul and not plan.weight_nk)}  /* B given as (K, N) */",
@@ -354,12 +390,22 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
         w("  if (splits > 1 && cudaMemsetAsync(O, 0, sizeof(float) * (size_t)(M * N), st) != cudaSuccess)")
         w("    return KF_ERR_LAUNCH;")
     w("  const dim3 grid((unsigned)ntiles, (unsigned)mtiles, (unsigned)splits);")
-    args = "((int)M, (int)N, (int)K, X, W, B, O, vec_out, (int)kchunk)"
+    a_rows, a_ld = ("K", "M") if plan.x_transposed else ("M", "K")
+    b_rows, b_ld = ("K", "N") if plan.matmul and not plan.weight_nk else ("N", "K")
+    w(f"  int lda = (int){a_ld}, ldb = (int){b_ld};  /* the operands' row strides */")
+    args = "((int)M, (int)N, (int)K, XA, WB, B, O, vec_out, (int)kchunk, lda, ldb)"
     if vec:
-        along_a = "M" if plan.x_transposed else "K"
-        along_b = "N" if plan.matmul and not plan.weight_nk else "K"
-        runs = f"{along_a} % 4 == 0" if along_a == along_b else f"{along_a} % 4 == 0 && {along_b} % 4 == 0"
-        w(f"  const int vec = {runs} && ((uintptr_t)X) % 16 == 0 && ((uintptr_t)W) % 16 == 0;")
+        w("  /* rows that are no float4 runs are staged padded where the product dwarfs the copy */")
+        w("  float* staged[2] = {nullptr, nullptr};")
+        w("  const float* XA = X;")
+        w("  const float* WB = W;")
+        w(f"  const double copied = (double){a_rows} * lda + (double){b_rows} * ldb;")
+        w("  if ((double)M * (double)N * (double)K >= KF_STAGE_RATIO * copied) {")
+        w(f"    XA = kf_stage(X, {a_rows}, &lda, &staged[0], st);")
+        w(f"    WB = kf_stage(W, {b_rows}, &ldb, &staged[1], st);")
+        w("  }")
+        w("  const int vec = lda % 4 == 0 && ldb % 4 == 0 &&")
+        w("                  ((uintptr_t)XA) % 16 == 0 && ((uintptr_t)WB) % 16 == 0;")
         if reduce:
             w("  const int vec_out = 0;")
         else:
@@ -368,7 +414,11 @@ def cuda_gemm_unit(graph: Graph, plan: GemmPlan, variant: Variant, header: list[
         w(f"    kf_gemm<1><<<grid, 256, 0, st>>>{args};")
         w("  else")
         w(f"    kf_gemm<0><<<grid, 256, 0, st>>>{args};")
+        w("  for (float* p : staged)")
+        w("    if (p != nullptr) cudaFreeAsync(p, st);  /* stream-ordered: after the product */")
     else:
+        w("  const float* XA = X;")
+        w("  const float* WB = W;")
         w("  const int vec_out = 0;  /* scalar loads and stores only (the unvectorised variant) */")
         w(f"  kf_gemm<0><<<grid, 256, 0, st>>>{args};")
     w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")

@@ -79,7 +79,7 @@ template <int VEC>
 __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     kf_gemm(int M, int N, int K, const float* __restrict__ X, const float* __restrict__ W,
             const float* __restrict__ bias, float* __restrict__ out, int vec_out,
-            int kchunk) {
+            int kchunk, int lda, int ldb) {
 """
     + TILE_DECLS
     + r"""  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

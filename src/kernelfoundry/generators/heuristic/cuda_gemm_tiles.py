@@ -3,12 +3,14 @@ tensor-core one): the shared tiles and their load constants, the block's tile or
 accumulators, and the tile loads (global -> registers -> k-major shared tiles, double buffered, split K).
 A kernel supplies BM, BN, BK, KF_PAD, KF_TM, KF_TN, KF_A_KMAJOR, KF_B_KMAJOR, KF_TILE_NEEDED, and
 `GEMM_OPERANDS` KF_KSPLIT (the block's split of K: blockIdx.z), KF_A_SRC(gm, gk) and KF_B_SRC(gk, gn)
-(the addresses of A's element (gm, gk) and B's (gk, gn)). Pure strings.
+(the addresses of A's element (gm, gk) and B's (gk, gn), rows lda and ldb floats apart: the operand's
+contiguous dim, or that rounded up to a multiple of 4 where the launcher staged it, see cuda_gemm.py).
+Pure strings.
 """
 
 GEMM_OPERANDS = r"""#define KF_KSPLIT blockIdx.z
-#define KF_A_SRC(gm, gk) (KF_A_KMAJOR ? X + (int64_t)(gk) * M + (gm) : X + (int64_t)(gm) * K + (gk))
-#define KF_B_SRC(gk, gn) (KF_B_KMAJOR ? W + (int64_t)(gk) * N + (gn) : W + (int64_t)(gn) * K + (gk))
+#define KF_A_SRC(gm, gk) (KF_A_KMAJOR ? X + (int64_t)(gk) * lda + (gm) : X + (int64_t)(gm) * lda + (gk))
+#define KF_B_SRC(gk, gn) (KF_B_KMAJOR ? W + (int64_t)(gk) * ldb + (gn) : W + (int64_t)(gn) * ldb + (gk))
 """
 
 TILE_DECLS = r"""  __shared__ __align__(16) float As[2][BK][BM + KF_PAD];

@@ -100,10 +100,8 @@ def _pooled_shape(name: str, src: str, window: PoolWindow) -> list[str]:
     mode), a window that does not fit the input refused."""
     lines = [f"  kf_shape {shp(name)} = {shp(src)};"]
     for i in range(window.dims):
-        axis = 3 - window.dims + i
-        k, s, p, d = (v[axis] for v in (window.window, window.stride, window.padding, window.dilation))
         dim = f"{shp(name)}.d[{shp(src)}.nd - {window.dims - i}]"
-        span = f"{dim} + {2 * p - d * (k - 1) - 1}"
-        lines.append(f"  if ({shp(src)}.nd < {window.dims} || {span} < 0) return KF_ERR_BAD_ARGUMENTS;")
-        lines.append(f"  {dim} = ({span}) / {s} + 1;")
+        unfit, length = window.out_len_c(dim, 3 - window.dims + i)
+        lines.append(f"  if ({shp(src)}.nd < {window.dims} || {unfit}) return KF_ERR_BAD_ARGUMENTS;")
+        lines.append(f"  {dim} = {length};")
     return lines

@@ -23,7 +23,7 @@ from __future__ import annotations
 from kernelfoundry.generators.heuristic.entry import ptr
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, UnsupportedGraph
 from kernelfoundry.generators.heuristic.plan import Leaf, Part, Step, reduce_range
-from kernelfoundry.generators.heuristic.pools import pool_window, window_taps
+from kernelfoundry.generators.heuristic.pools import pool_step, window_taps
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
 LAYOUT_TUNABLES = ("// @kf.tunable TILE in [16, 32, 64, 128] default 64",)
@@ -269,9 +269,7 @@ def _pool_unit(graph: Graph, part: Part, source: str, step: Step) -> tuple[str, 
     one image; a warp's lanes read one tap's consecutive channels (a coalesced row of the NHWC tensor),
     the block stages the pooled values in a shared tile and writes each channel's 32 positions as one
     coalesced row of the NCHW output. Positions of an image below 2^31 (checked)."""
-    window = pool_window(step.root)
-    src = step.root.args[0]
-    assert window is not None and isinstance(src, Ref)
+    window, src = pool_step(graph, step)[:2]
     params, args, loads = _tail_operands(graph, part, step, source, "c0 + c")
     # the conv's value at the tap's position, this thread's channel: one element of an NHWC row
     loads = {leaf: "image[at * C + c]" if load == "v" else load for leaf, load in loads.items()}
@@ -315,12 +313,11 @@ def _pool_unit(graph: Graph, part: Part, source: str, step: Step) -> tuple[str, 
     ]
     sizes = (("ID", "OD"), ("IH", "OH"), ("IW", "OW"))[3 - window.dims :]
     for i, (inner, outer) in enumerate(sizes):
-        axis = 3 - window.dims + i
-        k, st, pad, dil = (v[axis] for v in (window.window, window.stride, window.padding, window.dilation))
+        unfit, length = window.out_len_c(inner, 3 - window.dims + i)
         entry += [
             f"  {inner} = {x}.d[{1 + i}];",
-            f"  if ({inner} + {2 * pad - dil * (k - 1) - 1} < 0) return KF_ERR_BAD_ARGUMENTS;",
-            f"  {outer} = ({inner} + {2 * pad - dil * (k - 1) - 1}) / {st} + 1;",
+            f"  if ({unfit}) return KF_ERR_BAD_ARGUMENTS;",
+            f"  {outer} = {length};",
         ]
     entry += _operand_checks(graph, part, source)
     entry += [

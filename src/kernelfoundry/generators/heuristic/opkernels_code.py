@@ -212,70 +212,144 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
         f"typedef struct {{ const float* x; float* o; int64_t in[3], out[3], k[3], s[3], pd[3], dl[3];"
         f" int is_max, adaptive, include_pad; int64_t divisor; }} {e}_p;"
     )
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
+    # the width's taps, their spacing, the stride and the padding, baked into the host's inside pass
+    kw, dw, sw, pw = (
+        (1, 1, 1, 0) if p["adaptive"] else (p[f][2] for f in ("window", "dilation", "stride", "padding"))
+    )
+    is_max = int(bool(p["max"]))
+    item = f"""#ifndef __CUDACC__
+// The host, a fixed window: columns [c0, c1) of output row (od, oh) by sweeps, each tap of the width
+// over the columns it reaches (vectorised at unit stride), then the average's divisor.
+static void {e}_sweep(const {e}_p& p, const float* x, float* o, int64_t od, int64_t oh, int64_t c0,
+                      int64_t c1) {{
+  const int64_t sd = od * p.s[0] - p.pd[0], sh = oh * p.s[1] - p.pd[1];
+  for (int64_t ow = c0; ow < c1; ++ow) o[ow] = p.is_max ? -INFINITY : 0.0f;
+  int64_t rows_seen = 0;
+  for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
+    const int64_t d = sd + kd * p.dl[0];
+    if (d < 0 || d >= p.in[0]) continue;
+    for (int64_t kh = 0; kh < p.k[1]; ++kh) {{
+      const int64_t h = sh + kh * p.dl[1];
+      if (h < 0 || h >= p.in[1]) continue;
+      ++rows_seen;
+      const float* xr = x + (d * p.in[1] + h) * p.in[2];
+      for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
+        const int64_t off = kw * p.dl[2] - p.pd[2];
+        const int64_t lo = kf_clampi(kf_cdiv(-off, p.s[2]), c0, c1);
+        const int64_t hi = kf_clampi(kf_cdiv(p.in[2] - off, p.s[2]), lo, c1);
+        if (p.is_max && p.s[2] == 1) {{
+#pragma omp simd
+          for (int64_t ow = lo; ow < hi; ++ow) {{
+            const float v = xr[ow + off];
+            o[ow] = (v > o[ow] || v != v) ? v : o[ow];
+          }}
+        }} else if (p.is_max) {{
+          for (int64_t ow = lo; ow < hi; ++ow) {{
+            const float v = xr[ow * p.s[2] + off];
+            o[ow] = (v > o[ow] || v != v) ? v : o[ow];
+          }}
+        }} else if (p.s[2] == 1) {{
+#pragma omp simd
+          for (int64_t ow = lo; ow < hi; ++ow) o[ow] += xr[ow + off];
+        }} else {{
+          for (int64_t ow = lo; ow < hi; ++ow) o[ow] += xr[ow * p.s[2] + off];
+        }}
+      }}
+    }}
+  }}
+  if (!p.is_max) {{
+    // the divisor: the override, else the window clipped to the padded input, else its valid taps
+    const int64_t ed = sd + p.k[0] < p.in[0] + p.pd[0] ? sd + p.k[0] : p.in[0] + p.pd[0];
+    const int64_t eh = sh + p.k[1] < p.in[1] + p.pd[1] ? sh + p.k[1] : p.in[1] + p.pd[1];
+    for (int64_t ow = c0; ow < c1; ++ow) {{
+      const int64_t sw = ow * p.s[2] - p.pd[2];
+      int64_t div = p.divisor;
+      if (!div && p.include_pad) {{
+        const int64_t ew = sw + p.k[2] < p.in[2] + p.pd[2] ? sw + p.k[2] : p.in[2] + p.pd[2];
+        div = (ed - sd) * (eh - sh) * (ew - sw);
+      }} else if (!div) {{
+        int64_t cols = 0;
+        for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
+          const int64_t w = sw + kw * p.dl[2];
+          cols += w >= 0 && w < p.in[2];
+        }}
+        div = rows_seen * cols;
+      }}
+      o[ow] = o[ow] / (float)(div > 0 ? div : 1);
+    }}
+  }}
+}}
+
+// Outputs [lo, hi) of a row whose width taps all lie inside the input, the window's (d, h) rows given:
+// 64 columns at a time, their partial results in a buffer that stays in L1, each row's taps of the width
+// (their count, spacing and the stride baked: the tap loop unrolls) in one vectorised pass of the 64
+static inline void {e}_inside(const float* const* rows, int64_t nrows, float div, float* o, int64_t lo,
+                              int64_t hi) {{
+  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
+  constexpr int is_max = {is_max};
+  for (int64_t c = lo; c < hi; c += 64) {{
+    const int64_t n = hi - c < 64 ? hi - c : 64;
+    float acc[64];
+    for (int64_t j = 0; j < n; ++j) acc[j] = is_max ? -INFINITY : 0.0f;
+    for (int64_t r = 0; r < nrows; ++r) {{
+      const float* __restrict xr = rows[r] + c * s - pad;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) {{
+        float a = acc[j];
+#pragma GCC unroll 64
+        for (int64_t kw = 0; kw < taps; ++kw) {{
+          const float v = xr[j * s + kw * dl];
+          if (is_max) a = (v > a || v != v) ? v : a;
+          else a += v;
+        }}
+        acc[j] = a;
+      }}
+    }}
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) o[c + j] = is_max ? acc[j] : acc[j] / div;
+  }}
+}}
+
+// Rows of the window (d, h) a row of outputs may hold in registers' reach (more: the sweeps alone)
+#define {e}_ROWS 256
+#endif
+KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0], nc = row / (p.out[1] * p.out[0]);
   const float* x = p.x + nc * p.in[0] * p.in[1] * p.in[2];
   float* o = p.o + row * p.out[2];
 #ifndef __CUDACC__
   if (!p.adaptive) {{
-    // The host: the row's depth and height taps do not depend on the output column, so each tap of
-    // the width sweeps the columns it reaches (vectorised at unit stride), in the order of the loop below.
+    // The columns whose every width tap lies inside the input: each output's window in registers,
+    // its (d, h) rows found once for the row, a lane an output (vectorised: no read-modify-write
+    // passes over the row, no bounds checks); the columns at the edges by sweeps.
     const int64_t sd = od * p.s[0] - p.pd[0], sh = oh * p.s[1] - p.pd[1];
-    for (int64_t ow = c0; ow < c1; ++ow) o[ow] = p.is_max ? -INFINITY : 0.0f;
-    int64_t rows_seen = 0;
+    const float* rows[{e}_ROWS];
+    int64_t nrows = 0;
     for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
       const int64_t d = sd + kd * p.dl[0];
       if (d < 0 || d >= p.in[0]) continue;
       for (int64_t kh = 0; kh < p.k[1]; ++kh) {{
         const int64_t h = sh + kh * p.dl[1];
         if (h < 0 || h >= p.in[1]) continue;
-        ++rows_seen;
-        const float* xr = x + (d * p.in[1] + h) * p.in[2];
-        for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
-          const int64_t off = kw * p.dl[2] - p.pd[2];
-          const int64_t lo = kf_clampi(kf_cdiv(-off, p.s[2]), c0, c1);
-          const int64_t hi = kf_clampi(kf_cdiv(p.in[2] - off, p.s[2]), lo, c1);
-          if (p.is_max && p.s[2] == 1) {{
-#pragma omp simd
-            for (int64_t ow = lo; ow < hi; ++ow) {{
-              const float v = xr[ow + off];
-              o[ow] = (v > o[ow] || v != v) ? v : o[ow];
-            }}
-          }} else if (p.is_max) {{
-            for (int64_t ow = lo; ow < hi; ++ow) {{
-              const float v = xr[ow * p.s[2] + off];
-              o[ow] = (v > o[ow] || v != v) ? v : o[ow];
-            }}
-          }} else if (p.s[2] == 1) {{
-#pragma omp simd
-            for (int64_t ow = lo; ow < hi; ++ow) o[ow] += xr[ow + off];
-          }} else {{
-            for (int64_t ow = lo; ow < hi; ++ow) o[ow] += xr[ow * p.s[2] + off];
-          }}
-        }}
+        if (nrows < {e}_ROWS) rows[nrows] = x + (d * p.in[1] + h) * p.in[2];
+        ++nrows;
       }}
     }}
-    if (!p.is_max) {{
-      // the divisor: the override, else the window clipped to the padded input, else its valid taps
-      const int64_t ed = sd + p.k[0] < p.in[0] + p.pd[0] ? sd + p.k[0] : p.in[0] + p.pd[0];
-      const int64_t eh = sh + p.k[1] < p.in[1] + p.pd[1] ? sh + p.k[1] : p.in[1] + p.pd[1];
-      for (int64_t ow = c0; ow < c1; ++ow) {{
-        const int64_t sw = ow * p.s[2] - p.pd[2];
-        int64_t div = p.divisor;
-        if (!div && p.include_pad) {{
-          const int64_t ew = sw + p.k[2] < p.in[2] + p.pd[2] ? sw + p.k[2] : p.in[2] + p.pd[2];
-          div = (ed - sd) * (eh - sh) * (ew - sw);
-        }} else if (!div) {{
-          int64_t cols = 0;
-          for (int64_t kw = 0; kw < p.k[2]; ++kw) {{
-            const int64_t w = sw + kw * p.dl[2];
-            cols += w >= 0 && w < p.in[2];
-          }}
-          div = rows_seen * cols;
-        }}
-        o[ow] = o[ow] / (float)(div > 0 ? div : 1);
-      }}
+    const int64_t last = p.in[2] - 1 - (p.k[2] - 1) * p.dl[2] + p.pd[2];  // the last tap inside
+    const int64_t ilo = kf_clampi(kf_cdiv(p.pd[2], p.s[2]), c0, c1);
+    const int64_t ihi = kf_clampi(last >= 0 ? last / p.s[2] + 1 : 0, ilo, c1);
+    if (nrows > {e}_ROWS || ilo >= ihi) {{
+      {e}_sweep(p, x, o, od, oh, c0, c1);
+      return;
     }}
+    const int64_t ed = sd + p.k[0] < p.in[0] + p.pd[0] ? sd + p.k[0] : p.in[0] + p.pd[0];
+    const int64_t eh = sh + p.k[1] < p.in[1] + p.pd[1] ? sh + p.k[1] : p.in[1] + p.pd[1];
+    // an average's divisor inside: every width tap counts
+    const int64_t taps = (p.include_pad ? (ed - sd) * (eh - sh) : nrows) * p.k[2];
+    const float div = (float)(p.divisor ? p.divisor : (taps > 0 ? taps : 1));
+    {e}_inside(rows, nrows, div, o, ilo, ihi);
+    {e}_sweep(p, x, o, od, oh, c0, ilo);
+    {e}_sweep(p, x, o, od, oh, ihi, c1);
     return;
   }}
 #endif
@@ -518,7 +592,11 @@ __global__ void {entry}_kernel(const {entry}_p p, int64_t items, int64_t cols) {
 }}"""
         return "\n".join([struct, item, kernel_text, head, run])
     run = f"""  (void)stream;
-#pragma omp parallel for schedule(dynamic, 1)
+  // eight chunks of items a thread, taken as threads free up: an item may be as small as a pooled row
+  // of a few hundred outputs, and taking one (an atomic) then costs more than the row
+  const int64_t per = items / (8 * (int64_t)omp_get_max_threads()) + 1;
+  const int chunk = (int)(per < 65536 ? per : 65536);
+#pragma omp parallel for schedule(dynamic, chunk)
   for (int64_t i = 0; i < items; ++i) {entry}_item(p, i, 0, cols);
   return KF_OK;
 }}"""

@@ -38,10 +38,20 @@ class PoolWindow:
     include_pad: bool = True  # an average's divisor counts the padded taps (PyTorch's count_include_pad)
     divisor: int = 0  # an average's divisor_override, 0 for none
 
+    def _reach(self, axis: int) -> int:
+        """What PyTorch's pooled-length rule adds to the input's length before dividing by the stride."""
+        k, p, d = self.window[axis], self.padding[axis], self.dilation[axis]
+        return 2 * p - d * (k - 1) - 1
+
     def out_len(self, n: int, axis: int) -> int:
         """The output's length along spatial axis `axis` (0..2 of (d, h, w)) for an input length `n`."""
-        k, s, p, d = self.window[axis], self.stride[axis], self.padding[axis], self.dilation[axis]
-        return (n + 2 * p - d * (k - 1) - 1) // s + 1
+        return (n + self._reach(axis)) // self.stride[axis] + 1
+
+    def out_len_c(self, n: str, axis: int) -> tuple[str, str]:
+        """out_len in C for the length expression `n`: (the test that the window does not fit, the
+        output's length)."""
+        span = f"{n} + {self._reach(axis)}"
+        return f"{span} < 0", f"({span}) / {self.stride[axis]} + 1"
 
     def out_shape(self, shape: Shape) -> Shape:
         lead = len(shape) - self.dims
