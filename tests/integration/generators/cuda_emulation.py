@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from native import fresh_path
+
 from kernelfoundry.abi import include_dir
 
 RUNTIME_H = r"""
@@ -362,10 +364,10 @@ def build_emulated(code: str, out_dir: Path, params: dict[str, int] | None = Non
     header = runtime / "cuda_runtime.h"
     if not header.exists() or header.read_text() != RUNTIME_H:
         # builds may run in parallel: never let one read a header another is writing
-        staged = Path(tempfile.mkstemp(suffix=".h", dir=runtime)[1])
+        staged = fresh_path(".h", runtime)
         staged.write_text(RUNTIME_H)
         os.replace(staged, header)
-    src = Path(tempfile.mkstemp(suffix=".cpp", dir=out_dir)[1])
+    src = fresh_path(".cpp", out_dir)
     src.write_text(rewrite_launches(emulate_ptx(code)))
     lib = src.with_suffix(".so")
     # __CUDACC__: the prelude's device helpers (the emulation stands in for what they call)

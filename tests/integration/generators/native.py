@@ -7,6 +7,7 @@ depend on the evaluation service.
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -20,12 +21,20 @@ from kernelfoundry.evaluation.unit import KfDtype as _Dt
 from kernelfoundry.evaluation.unit import KfTensor
 
 
+def fresh_path(suffix: str, directory: Path) -> Path:
+    """A new empty file's path in `directory`, its descriptor closed (hundreds of builds in one pytest
+    process would otherwise hold one each, and past 1024 open descriptors `select()` refuses them)."""
+    fd, name = tempfile.mkstemp(suffix=suffix, dir=directory)
+    os.close(fd)
+    return Path(name)
+
+
 def build_unit(source: KernelSource, out_dir: Path, params: Mapping[str, Any] | None = None) -> Path:
     defines = dict(source.defines())
     defines.update(params or {})
     flags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
     suffix = ".cpp" if source.language == "cpp" else ".cu"
-    src = Path(tempfile.mkstemp(suffix=suffix, dir=out_dir)[1])
+    src = fresh_path(suffix, out_dir)
     src.write_text(source.code)
     lib = src.with_suffix(".so")
     if source.language == "cpp":

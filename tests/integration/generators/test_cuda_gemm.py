@@ -126,8 +126,14 @@ def test_every_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
     assert not failed, failed
 
 
+# every operand whose rows are no float4 runs staged padded (the launcher's rule: where the product
+# dwarfs the copy), at the shapes where some are: K or N not a multiple of 4
+STAGED = {"KF_STAGE_RATIO": 0}
+STAGED_SHAPES = [MATMUL_SHAPES[0], MATMUL_SHAPES[2]]
+
+
 def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool]]:
-    """Every (task, tilings, tensor cores) the GPU tests judge."""
+    """Every (task, tilings, tensor cores) the GPU tests of the tilings judge."""
     cases = []
     for name in GEMM_TASKS:
         for shape in AWKWARD:
@@ -136,6 +142,10 @@ def gpu_cases() -> list[tuple[Task, list[dict[str, int]], bool]]:
         for shape in MATMUL_SHAPES:
             cases += [(matmul_task(name, shape), [COMBOS[-1]], False), (matmul_task(name, shape), [{}], True)]
     return cases
+
+
+def staged_tasks(name: str) -> list[Task]:
+    return [task(name, AWKWARD[0])] if name in GEMM_TASKS else [matmul_task(name, s) for s in STAGED_SHAPES]
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +176,25 @@ def test_matmul_units_are_correct_on_awkward_shapes(
 ) -> None:
     check_on_gpu(matmul_task(name, shape), [COMBOS[-1]], gpu_judge)
     check_on_gpu(matmul_task(name, shape), [{}], gpu_judge, tensor_cores=True)
+
+
+@pytest.fixture(scope="module")
+def staged_judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    """The staged units alone (a session selecting only their test builds no tiling)."""
+
+    def units() -> list[KernelSource]:
+        every = [t for name in (*GEMM_TASKS, *MATMULS) for t in staged_tasks(name)]
+        return [with_params(gemm_source(t, tc), STAGED) for t in every for tc in (False, True)]
+
+    yield from built_units_and_worker(tmp_path_factory, units, "gemm-staged-builds")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [*GEMM_TASKS, *MATMULS])
+def test_staged_operand_rows_are_correct_on_the_gpu(name: str, staged_judge: tuple[Any, Any]) -> None:
+    for t in staged_tasks(name):
+        for tc in (False, True):
+            check_on_gpu(t, [STAGED], staged_judge, tensor_cores=tc)
 
 
 def check_on_gpu(

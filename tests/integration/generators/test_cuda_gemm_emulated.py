@@ -19,6 +19,8 @@ from test_cuda_gemm import (
     GEMM_TASKS,
     MATMUL_SHAPES,
     MATMULS,
+    STAGED,
+    STAGED_SHAPES,
     TC_COMBOS,
     gemm_source,
     matmul_task,
@@ -94,14 +96,14 @@ def test_matmul_units_match_torch(name: str, shape: dict[str, int], tmp_path: Pa
     check(matmul_task(name, shape), [(False, COMBOS[-1]), (True, {})], tmp_path)
 
 
-@pytest.mark.parametrize("shape", [AWKWARD[0], AWKWARD[3], MATMUL_SHAPES[0], MATMUL_SHAPES[2]], ids=str)
+@pytest.mark.parametrize("shape", [AWKWARD[0], AWKWARD[3], *STAGED_SHAPES], ids=str)
 def test_operand_rows_that_are_no_float4_runs_are_staged_padded(
     shape: dict[str, int], tmp_path: Path
 ) -> None:
     """KF_STAGE_RATIO 0 stages every operand whose contiguous dim is no multiple of 4 (the launcher
     does so where the product dwarfs the copy): the float4 tile loads then read the padded rows, their
     zeros past K (and past M or N) adding nothing."""
-    staged = {"KF_STAGE_RATIO": 0}
+    staged = STAGED
     if "M" in shape:
         for name in ("nn", "tn", "nt", "tt", "rank3", "sum_tail"):
             check(matmul_task(name, shape), [(False, staged), (True, staged)], tmp_path)

@@ -7,6 +7,8 @@ launches a grid-stride kernel on the given stream. Pure string building; never c
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kernelfoundry.generators.heuristic.cpu import ISA_DISPATCH
 from kernelfoundry.generators.heuristic.graph import UnsupportedGraph
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
@@ -127,12 +129,106 @@ def _conv_setup(k: OpKernel, e: str) -> str:
 
 def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
     struct = f"typedef struct {{ {_CONV_FIELDS} }} {e}_p;"
-    item = f"""KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
+    # the width's taps, their spacing, the stride and the padding, baked into the host's inside pass
+    kw, dw, sw, pw = (k.params[f][2] for f in ("kernel", "dilation", "stride", "padding"))
+    unrolled = kw <= UNROLLED_TAPS
+    weights = "\n".join(f"      const float w{t} = wv[{t}];" for t in range(kw)) if unrolled else ""
+    conv_taps = _taps(
+        kw,
+        "for (int64_t kw = 0; kw < taps; ++kw) a += wv[kw] * q[kw * dl];",
+        lambda t: f"a += w{t} * q[{t * dw}];",
+        " " * 8,
+    )
+    item = f"""#ifndef __CUDACC__
+// Rows of (input channel, d tap, h tap) an output row may hold in the inside pass (more: sweeps alone)
+#define {e}_ROWS 256
+// Outputs [lo, hi) of a row whose width taps all lie inside the input, the row's (input row, filter
+// row) pairs given: 64 columns at a time, their sums in a buffer that stays in L1, each pair's width
+// taps (count, spacing and stride baked: the tap loop unrolls, its weights in registers) in one
+// vectorised pass of the 64, in the sweeps' order of terms
+static inline void {e}_inside(const float* const* xs, const float* const* ws, int64_t nrows, float b0,
+                              float* o, int64_t lo, int64_t hi) {{
+  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
+  for (int64_t c = lo; c < hi; c += 64) {{
+    const int n = hi - c < 64 ? (int)(hi - c) : 64;  // int columns: int64 ones became gathers (g++ 12)
+    float acc[64];
+    for (int j = 0; j < n; ++j) acc[j] = b0;
+    for (int64_t r = 0; r < nrows; ++r) {{
+      const float* __restrict xr = xs[r] + c * s - pad;
+      const float* __restrict wv = ws[r];
+{weights}
+#pragma omp simd
+      for (int j = 0; j < n; ++j) {{
+        const float* q = xr + j * s;
+        float a = acc[j];
+{conv_taps}
+        acc[j] = a;
+      }}
+    }}
+#pragma omp simd
+    for (int j = 0; j < n; ++j) o[c + j] = acc[j];
+  }}
+}}
+// Outputs [lo, hi) at a row's edges, one at a time: the width taps inside the input, in the same order
+static void {e}_edge(const {e}_p& p, const float* const* xs, const float* const* ws, int64_t nrows,
+                     float b0, float* o, int64_t lo, int64_t hi) {{
+  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
+  const int64_t in = p.in[2];
+  for (int64_t ow = lo; ow < hi; ++ow) {{
+    const int64_t w0 = ow * s - pad;
+    // the taps inside the input, [k0, k1): no test a tap (the branches cost more than the edge's sums)
+    const int64_t k0 = w0 >= 0 ? 0 : (dl - 1 - w0) / dl;
+    const int64_t k1 = in - 1 - w0 < 0 ? 0 : ((in - 1 - w0) / dl + 1 < taps ? (in - 1 - w0) / dl + 1 : taps);
+    float acc = b0;
+    for (int64_t r = 0; r < nrows; ++r) {{
+      const float* xr = xs[r] + w0;
+      const float* wr = ws[r];
+      for (int64_t kw = k0; kw < k1; ++kw) acc += wr[kw] * xr[kw * dl];
+    }}
+    o[ow] = acc;
+  }}
+}}
+#endif
+KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   const int64_t oh = row % p.out[1], od = (row / p.out[1]) % p.out[0];
   const int64_t co = (row / (p.out[1] * p.out[0])) % p.CO, n = row / (p.out[1] * p.out[0] * p.CO);
   const int64_t OW = p.out[2], cig = p.C / p.G, g = co / (p.CO / p.G);
   float* o = p.o + row * OW;
   const float b0 = p.b ? p.b[co] : 0.0f;
+#ifndef __CUDACC__
+  {{
+    // the host: the row's (input row, filter row) pairs found once; the columns whose width taps all
+    // lie inside the input in the inside pass, the edges one at a time
+    const float* xs[{e}_ROWS];
+    const float* ws[{e}_ROWS];
+    int64_t nrows = 0;
+    for (int64_t ci = 0; ci < cig && nrows <= {e}_ROWS; ++ci) {{
+      const int64_t c = g * cig + ci;
+      for (int64_t kd = 0; kd < p.k[0]; ++kd) {{
+        const int64_t id = od * p.s[0] - p.pd[0] + kd * p.dl[0];
+        if (id < 0 || id >= p.in[0]) continue;
+        for (int64_t kh = 0; kh < p.k[1]; ++kh) {{
+          const int64_t ih = oh * p.s[1] - p.pd[1] + kh * p.dl[1];
+          if (ih < 0 || ih >= p.in[1]) continue;
+          if (nrows < {e}_ROWS) {{
+            xs[nrows] = p.x + (((n * p.C + c) * p.in[0] + id) * p.in[1] + ih) * p.in[2];
+            ws[nrows] = p.w + (((co * cig + ci) * p.k[0] + kd) * p.k[1] + kh) * p.k[2];
+          }}
+          ++nrows;
+        }}
+      }}
+    }}
+    if (nrows <= {e}_ROWS && p.k[2] == {kw}) {{
+      const int64_t last = p.in[2] - 1 - (p.k[2] - 1) * p.dl[2] + p.pd[2];  // the last tap inside
+      const int64_t ilo = kf_clampi(kf_cdiv(p.pd[2], p.s[2]), c0, c1);
+      const int64_t ihi = kf_clampi(last >= 0 ? last / p.s[2] + 1 : 0, ilo, c1);
+      {e}_inside(xs, ws, nrows, b0, o, ilo, ihi);
+      {e}_edge(p, xs, ws, nrows, b0, o, c0, ilo);
+      {e}_edge(p, xs, ws, nrows, b0, o, ihi, c1);
+      return;
+    }}
+  }}
+#endif
   for (int64_t ow = c0; ow < c1; ++ow) o[ow] = b0;
   for (int64_t ci = 0; ci < cig; ++ci) {{
     const int64_t c = g * cig + ci;
@@ -206,6 +302,19 @@ def _conv_transpose(k: OpKernel, e: str) -> tuple[str, str, str]:
     return struct, item, _conv_setup(k, e)
 
 
+# Width taps the host's inside passes spell out one statement each: g++ vectorises the columns' loop only
+# when no loop is left inside it (a tap loop, even one `#pragma GCC unroll` names, became gathers); a
+# wider window keeps the loop
+UNROLLED_TAPS = 32
+
+
+def _taps(count: int, loop: str, statement: Callable[[int], str], indent: str) -> str:
+    """The inside pass's taps: `statement(kw)` for each, or `loop` (the tap loop) past UNROLLED_TAPS."""
+    if count > UNROLLED_TAPS:
+        return indent + loop
+    return "\n".join(indent + statement(kw) for kw in range(count))
+
+
 def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
     p = k.params
     struct = (
@@ -217,6 +326,14 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
         (1, 1, 1, 0) if p["adaptive"] else (p[f][2] for f in ("window", "dilation", "stride", "padding"))
     )
     is_max = int(bool(p["max"]))
+    load, combine = "q[{}]", "a = (v > a || v != v) ? v : a;"
+    if is_max:
+        step = "{{ const float v = " + load + "; " + combine + " }}"
+        loop = "for (int64_t kw = 0; kw < taps; ++kw) { const float v = q[kw * dl]; " + combine + " }"
+    else:
+        step = "a += " + load + ";"
+        loop = "for (int64_t kw = 0; kw < taps; ++kw) a += q[kw * dl];"
+    pool_taps = _taps(kw, loop, lambda t: step.format(t * dw), " " * 8)
     item = f"""#ifndef __CUDACC__
 // The host, a fixed window: columns [c0, c1) of output row (od, oh) by sweeps, each tap of the width
 // over the columns it reaches (vectorised at unit stride), then the average's divisor.
@@ -288,25 +405,57 @@ static inline void {e}_inside(const float* const* rows, int64_t nrows, float div
   constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
   constexpr int is_max = {is_max};
   for (int64_t c = lo; c < hi; c += 64) {{
-    const int64_t n = hi - c < 64 ? hi - c : 64;
+    const int n = hi - c < 64 ? (int)(hi - c) : 64;  // int columns: int64 ones became gathers (g++ 12)
     float acc[64];
-    for (int64_t j = 0; j < n; ++j) acc[j] = is_max ? -INFINITY : 0.0f;
+    for (int j = 0; j < n; ++j) acc[j] = is_max ? -INFINITY : 0.0f;
     for (int64_t r = 0; r < nrows; ++r) {{
       const float* __restrict xr = rows[r] + c * s - pad;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {{
+      for (int j = 0; j < n; ++j) {{
+        const float* q = xr + j * s;
         float a = acc[j];
-#pragma GCC unroll 64
-        for (int64_t kw = 0; kw < taps; ++kw) {{
-          const float v = xr[j * s + kw * dl];
-          if (is_max) a = (v > a || v != v) ? v : a;
-          else a += v;
-        }}
+{pool_taps}
         acc[j] = a;
       }}
     }}
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) o[c + j] = is_max ? acc[j] : acc[j] / div;
+    for (int j = 0; j < n; ++j) o[c + j] = is_max ? acc[j] : acc[j] / div;
+  }}
+}}
+
+// Outputs [lo, hi) at a row's edges, one at a time, the window's (d, h) rows given: the width taps
+// inside the input in the inside pass's order, then the average's divisor of the column (`plane`: the
+// window's (d, h) extent clipped to the padded input)
+static void {e}_edge(const {e}_p& p, const float* const* rows, int64_t nrows, int64_t plane, float* o,
+                     int64_t lo, int64_t hi) {{
+  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
+  const int64_t in = p.in[2];
+  for (int64_t ow = lo; ow < hi; ++ow) {{
+    const int64_t sw = ow * s - pad;
+    // the taps inside the input, [k0, k1): no test a tap (the branches cost more than the edge's sums)
+    const int64_t k0 = sw >= 0 ? 0 : (dl - 1 - sw) / dl;
+    const int64_t k1 = in - 1 - sw < 0 ? 0 : ((in - 1 - sw) / dl + 1 < taps ? (in - 1 - sw) / dl + 1 : taps);
+    const int64_t cols = k1 > k0 ? k1 - k0 : 0;
+    float acc = {is_max} ? -INFINITY : 0.0f;
+    for (int64_t r = 0; r < nrows; ++r) {{
+      const float* xr = rows[r] + sw;
+      for (int64_t kw = k0; kw < k1; ++kw) {{
+        const float v = xr[kw * dl];
+        if ({is_max}) acc = (v > acc || v != v) ? v : acc;
+        else acc += v;
+      }}
+    }}
+    if (!{is_max}) {{
+      int64_t div = p.divisor;
+      if (!div && p.include_pad) {{
+        const int64_t ew = sw + p.k[2] < p.in[2] + p.pd[2] ? sw + p.k[2] : p.in[2] + p.pd[2];
+        div = plane * (ew - sw);
+      }} else if (!div) {{
+        div = nrows * cols;
+      }}
+      acc = acc / (float)(div > 0 ? div : 1);
+    }}
+    o[ow] = acc;
   }}
 }}
 
@@ -321,7 +470,7 @@ KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   if (!p.adaptive) {{
     // The columns whose every width tap lies inside the input: each output's window in registers,
     // its (d, h) rows found once for the row, a lane an output (vectorised: no read-modify-write
-    // passes over the row, no bounds checks); the columns at the edges by sweeps.
+    // passes over the row, no bounds checks); the columns at the edges one at a time.
     const int64_t sd = od * p.s[0] - p.pd[0], sh = oh * p.s[1] - p.pd[1];
     const float* rows[{e}_ROWS];
     int64_t nrows = 0;
@@ -338,7 +487,7 @@ KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
     const int64_t last = p.in[2] - 1 - (p.k[2] - 1) * p.dl[2] + p.pd[2];  // the last tap inside
     const int64_t ilo = kf_clampi(kf_cdiv(p.pd[2], p.s[2]), c0, c1);
     const int64_t ihi = kf_clampi(last >= 0 ? last / p.s[2] + 1 : 0, ilo, c1);
-    if (nrows > {e}_ROWS || ilo >= ihi) {{
+    if (nrows > {e}_ROWS) {{
       {e}_sweep(p, x, o, od, oh, c0, c1);
       return;
     }}
@@ -348,8 +497,8 @@ KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
     const int64_t taps = (p.include_pad ? (ed - sd) * (eh - sh) : nrows) * p.k[2];
     const float div = (float)(p.divisor ? p.divisor : (taps > 0 ? taps : 1));
     {e}_inside(rows, nrows, div, o, ilo, ihi);
-    {e}_sweep(p, x, o, od, oh, c0, ilo);
-    {e}_sweep(p, x, o, od, oh, ihi, c1);
+    {e}_edge(p, rows, nrows, (ed - sd) * (eh - sh), o, c0, ilo);
+    {e}_edge(p, rows, nrows, (ed - sd) * (eh - sh), o, ihi, c1);
     return;
   }}
 #endif
