@@ -127,18 +127,54 @@ def _conv_setup(k: OpKernel, e: str) -> str:
   int64_t items = p.N * p.CO * p.out[0] * p.out[1], cols = p.out[2];"""
 
 
+def _inside_chunks(init: str, row_setup: str, taps: str, store: str) -> str:
+    """C: the host's inside pass over columns [lo, hi) of a row, 64 at a time: `acc` filled with `init`,
+    then for each of the `nrows` input rows `rows[r]` (after `row_setup`) every column's taps `taps`
+    added into `a` from `q` (the column's first tap), vectorised over the columns; `store` writes
+    column j. Needs the constexprs `s` (stride) and `pad`."""
+    return f"""  for (int64_t c = lo; c < hi; c += 64) {{
+    const int n = hi - c < 64 ? (int)(hi - c) : 64;  // int columns: int64 ones became gathers (g++ 12)
+    float acc[64];
+    for (int j = 0; j < n; ++j) acc[j] = {init};
+    for (int64_t r = 0; r < nrows; ++r) {{
+      const float* __restrict xr = rows[r] + c * s - pad;
+{row_setup}#pragma omp simd
+      for (int j = 0; j < n; ++j) {{
+        const float* q = xr + j * s;
+        float a = acc[j];
+{taps}
+        acc[j] = a;
+      }}
+    }}
+#pragma omp simd
+    for (int j = 0; j < n; ++j) {store};
+  }}"""
+
+
+def _tap_range(origin: str) -> str:
+    """C: [k0, k1), the width taps of the window starting at column `origin` that lie inside the row
+    (`in` columns; constexprs `taps`, `dl`)."""
+    last = f"(in - 1 - {origin}) / dl + 1"
+    return f"""    // no test a tap: the branches cost more than an edge column's sums
+    const int64_t k0 = {origin} >= 0 ? 0 : (dl - 1 - {origin}) / dl;
+    const int64_t k1 = in - 1 - {origin} < 0 ? 0 : ({last} < taps ? {last} : taps);"""
+
+
 def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
     struct = f"typedef struct {{ {_CONV_FIELDS} }} {e}_p;"
     # the width's taps, their spacing, the stride and the padding, baked into the host's inside pass
     kw, dw, sw, pw = (k.params[f][2] for f in ("kernel", "dilation", "stride", "padding"))
     unrolled = kw <= UNROLLED_TAPS
-    weights = "\n".join(f"      const float w{t} = wv[{t}];" for t in range(kw)) if unrolled else ""
+    weights = "".join(f"      const float w{t} = wv[{t}];\n" for t in range(kw)) if unrolled else ""
     conv_taps = _taps(
         kw,
         "for (int64_t kw = 0; kw < taps; ++kw) a += wv[kw] * q[kw * dl];",
         lambda t: f"a += w{t} * q[{t * dw}];",
         " " * 8,
     )
+    setup = "      const float* __restrict wv = ws[r];\n" + weights
+    inside = _inside_chunks("b0", setup, conv_taps, "o[c + j] = acc[j]")
+    tap_range = _tap_range("w0")
     item = f"""#ifndef __CUDACC__
 // Rows of (input channel, d tap, h tap) an output row may hold in the inside pass (more: sweeps alone)
 #define {e}_ROWS 256
@@ -146,42 +182,22 @@ def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
 // row) pairs given: 64 columns at a time, their sums in a buffer that stays in L1, each pair's width
 // taps (count, spacing and stride baked: the tap loop unrolls, its weights in registers) in one
 // vectorised pass of the 64, in the sweeps' order of terms
-static inline void {e}_inside(const float* const* xs, const float* const* ws, int64_t nrows, float b0,
+static inline void {e}_inside(const float* const* rows, const float* const* ws, int64_t nrows, float b0,
                               float* o, int64_t lo, int64_t hi) {{
-  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
-  for (int64_t c = lo; c < hi; c += 64) {{
-    const int n = hi - c < 64 ? (int)(hi - c) : 64;  // int columns: int64 ones became gathers (g++ 12)
-    float acc[64];
-    for (int j = 0; j < n; ++j) acc[j] = b0;
-    for (int64_t r = 0; r < nrows; ++r) {{
-      const float* __restrict xr = xs[r] + c * s - pad;
-      const float* __restrict wv = ws[r];
-{weights}
-#pragma omp simd
-      for (int j = 0; j < n; ++j) {{
-        const float* q = xr + j * s;
-        float a = acc[j];
-{conv_taps}
-        acc[j] = a;
-      }}
-    }}
-#pragma omp simd
-    for (int j = 0; j < n; ++j) o[c + j] = acc[j];
-  }}
+  constexpr int64_t s = {sw}, pad = {pw};
+{inside}
 }}
 // Outputs [lo, hi) at a row's edges, one at a time: the width taps inside the input, in the same order
-static void {e}_edge(const {e}_p& p, const float* const* xs, const float* const* ws, int64_t nrows,
+static void {e}_edge(const {e}_p& p, const float* const* rows, const float* const* ws, int64_t nrows,
                      float b0, float* o, int64_t lo, int64_t hi) {{
   constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
   const int64_t in = p.in[2];
   for (int64_t ow = lo; ow < hi; ++ow) {{
     const int64_t w0 = ow * s - pad;
-    // the taps inside the input, [k0, k1): no test a tap (the branches cost more than the edge's sums)
-    const int64_t k0 = w0 >= 0 ? 0 : (dl - 1 - w0) / dl;
-    const int64_t k1 = in - 1 - w0 < 0 ? 0 : ((in - 1 - w0) / dl + 1 < taps ? (in - 1 - w0) / dl + 1 : taps);
+{tap_range}
     float acc = b0;
     for (int64_t r = 0; r < nrows; ++r) {{
-      const float* xr = xs[r] + w0;
+      const float* xr = rows[r] + w0;
       const float* wr = ws[r];
       for (int64_t kw = k0; kw < k1; ++kw) acc += wr[kw] * xr[kw * dl];
     }}
@@ -199,7 +215,7 @@ KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
   {{
     // the host: the row's (input row, filter row) pairs found once; the columns whose width taps all
     // lie inside the input in the inside pass, the edges one at a time
-    const float* xs[{e}_ROWS];
+    const float* rows[{e}_ROWS];
     const float* ws[{e}_ROWS];
     int64_t nrows = 0;
     for (int64_t ci = 0; ci < cig && nrows <= {e}_ROWS; ++ci) {{
@@ -211,7 +227,7 @@ KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
           const int64_t ih = oh * p.s[1] - p.pd[1] + kh * p.dl[1];
           if (ih < 0 || ih >= p.in[1]) continue;
           if (nrows < {e}_ROWS) {{
-            xs[nrows] = p.x + (((n * p.C + c) * p.in[0] + id) * p.in[1] + ih) * p.in[2];
+            rows[nrows] = p.x + (((n * p.C + c) * p.in[0] + id) * p.in[1] + ih) * p.in[2];
             ws[nrows] = p.w + (((co * cig + ci) * p.k[0] + kd) * p.k[1] + kh) * p.k[2];
           }}
           ++nrows;
@@ -222,9 +238,9 @@ KF_HD void {e}_item(const {e}_p p, int64_t row, int64_t c0, int64_t c1) {{
       const int64_t last = p.in[2] - 1 - (p.k[2] - 1) * p.dl[2] + p.pd[2];  // the last tap inside
       const int64_t ilo = kf_clampi(kf_cdiv(p.pd[2], p.s[2]), c0, c1);
       const int64_t ihi = kf_clampi(last >= 0 ? last / p.s[2] + 1 : 0, ilo, c1);
-      {e}_inside(xs, ws, nrows, b0, o, ilo, ihi);
-      {e}_edge(p, xs, ws, nrows, b0, o, c0, ilo);
-      {e}_edge(p, xs, ws, nrows, b0, o, ihi, c1);
+      {e}_inside(rows, ws, nrows, b0, o, ilo, ihi);
+      {e}_edge(p, rows, ws, nrows, b0, o, c0, ilo);
+      {e}_edge(p, rows, ws, nrows, b0, o, ihi, c1);
       return;
     }}
   }}
@@ -334,6 +350,9 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str, str]:
         step = "a += " + load + ";"
         loop = "for (int64_t kw = 0; kw < taps; ++kw) a += q[kw * dl];"
     pool_taps = _taps(kw, loop, lambda t: step.format(t * dw), " " * 8)
+    store = "o[c + j] = acc[j]" if is_max else "o[c + j] = acc[j] / div"
+    inside = _inside_chunks("-INFINITY" if is_max else "0.0f", "", pool_taps, store)
+    tap_range = _tap_range("sw")
     item = f"""#ifndef __CUDACC__
 // The host, a fixed window: columns [c0, c1) of output row (od, oh) by sweeps, each tap of the width
 // over the columns it reaches (vectorised at unit stride), then the average's divisor.
@@ -402,25 +421,8 @@ static void {e}_sweep(const {e}_p& p, const float* x, float* o, int64_t od, int6
 // (their count, spacing and the stride baked: the tap loop unrolls) in one vectorised pass of the 64
 static inline void {e}_inside(const float* const* rows, int64_t nrows, float div, float* o, int64_t lo,
                               int64_t hi) {{
-  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
-  constexpr int is_max = {is_max};
-  for (int64_t c = lo; c < hi; c += 64) {{
-    const int n = hi - c < 64 ? (int)(hi - c) : 64;  // int columns: int64 ones became gathers (g++ 12)
-    float acc[64];
-    for (int j = 0; j < n; ++j) acc[j] = is_max ? -INFINITY : 0.0f;
-    for (int64_t r = 0; r < nrows; ++r) {{
-      const float* __restrict xr = rows[r] + c * s - pad;
-#pragma omp simd
-      for (int j = 0; j < n; ++j) {{
-        const float* q = xr + j * s;
-        float a = acc[j];
-{pool_taps}
-        acc[j] = a;
-      }}
-    }}
-#pragma omp simd
-    for (int j = 0; j < n; ++j) o[c + j] = is_max ? acc[j] : acc[j] / div;
-  }}
+  constexpr int64_t s = {sw}, pad = {pw};
+{inside}
 }}
 
 // Outputs [lo, hi) at a row's edges, one at a time, the window's (d, h) rows given: the width taps
@@ -432,9 +434,7 @@ static void {e}_edge(const {e}_p& p, const float* const* rows, int64_t nrows, in
   const int64_t in = p.in[2];
   for (int64_t ow = lo; ow < hi; ++ow) {{
     const int64_t sw = ow * s - pad;
-    // the taps inside the input, [k0, k1): no test a tap (the branches cost more than the edge's sums)
-    const int64_t k0 = sw >= 0 ? 0 : (dl - 1 - sw) / dl;
-    const int64_t k1 = in - 1 - sw < 0 ? 0 : ((in - 1 - sw) / dl + 1 < taps ? (in - 1 - sw) / dl + 1 : taps);
+{tap_range}
     const int64_t cols = k1 > k0 ? k1 - k0 : 0;
     float acc = {is_max} ? -INFINITY : 0.0f;
     for (int64_t r = 0; r < nrows; ++r) {{
