@@ -126,6 +126,19 @@ CASES = {
         "self.op(x)",
         "torch.randn(1, 2, 18, 18, 40)",
     ),
+    # windows wider than the inside pass spells out (UNROLLED_TAPS): its tap loop
+    "max_pool1d_window_of_40_taps": (
+        "        self.op = nn.MaxPool1d(40, stride=1, padding=3)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 150)",
+    ),
+    "conv1d_depthwise_35_taps": (
+        "        self.op = nn.Conv1d(4, 4, 35, padding=2, groups=4)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 4, 120)",
+    ),
     "adaptive_avg_pool2d": (
         "        self.op = nn.AdaptiveAvgPool2d((5, 3))",
         "x",

@@ -184,7 +184,7 @@ def _conv(k: OpKernel, e: str) -> tuple[str, str, str]:
 // vectorised pass of the 64, in the sweeps' order of terms
 static inline void {e}_inside(const float* const* rows, const float* const* ws, int64_t nrows, float b0,
                               float* o, int64_t lo, int64_t hi) {{
-  constexpr int64_t s = {sw}, pad = {pw};
+  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
 {inside}
 }}
 // Outputs [lo, hi) at a row's edges, one at a time: the width taps inside the input, in the same order
@@ -421,7 +421,7 @@ static void {e}_sweep(const {e}_p& p, const float* x, float* o, int64_t od, int6
 // (their count, spacing and the stride baked: the tap loop unrolls) in one vectorised pass of the 64
 static inline void {e}_inside(const float* const* rows, int64_t nrows, float div, float* o, int64_t lo,
                               int64_t hi) {{
-  constexpr int64_t s = {sw}, pad = {pw};
+  constexpr int64_t taps = {kw}, dl = {dw}, s = {sw}, pad = {pw};
 {inside}
 }}
 
