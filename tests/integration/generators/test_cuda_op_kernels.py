@@ -188,6 +188,35 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "torch.randn(3, 5, 16, 17, 18)",
         "_pool<",
     ),
+    # rows of a multiple of four columns: four outputs a thread from whole float4 window rows (_vpool)
+    "max_pool3d_dilated_rows_vectorised": (
+        "        self.op = nn.MaxPool3d(3, stride=2, padding=1, dilation=3)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 13, 14, 40)",
+        "_vpool<int><<<",
+    ),
+    "avg_pool3d_exclude_pad_vectorised": (
+        "        self.op = nn.AvgPool3d(3, stride=2, padding=1, count_include_pad=False)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 2, 9, 10, 36)",
+        "_vpool<",
+    ),
+    "avg_pool2d_padded_stride1_vectorised": (
+        "        self.op = nn.AvgPool2d(3, stride=1, padding=1)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 17, 44)",
+        "_vpool<",
+    ),
+    "max_pool2d_stride3_ragged_vectorised": (
+        "        self.op = nn.MaxPool2d((2, 3), stride=3, padding=1)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 20, 64)",
+        "_vpool<",
+    ),
     # large windows pooled separably: columns over the (d, h) taps in shared memory, then the row
     "avg_pool2d_large_window_short_rows": (
         "        self.op = nn.AvgPool2d(11)",
@@ -494,6 +523,7 @@ def test_family_kernels_compile_for_sm90_without_spills(tmp_path: Path) -> None:
     chosen = [
         "cumsum_rows_odd",
         "max_pool3d_strided",
+        "max_pool3d_dilated_rows_vectorised",
         "avg_pool3d_separable_exclude_pad",
         "avg_pool2d_separable_wide_rows",
         "argmax_columns",

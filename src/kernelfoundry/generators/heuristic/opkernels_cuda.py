@@ -27,6 +27,8 @@ building; never compiles.
 
 from __future__ import annotations
 
+import re
+
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
 
 # Shared memory a depthwise tile may take (bytes); above it the generic convolution kernel is used.
@@ -256,6 +258,45 @@ def _pool_columns(k: OpKernel, span: int) -> int:
     return max(1, min(POOL_LOADS_IN_FLIGHT // (kd * kh), -(-span // 256)))
 
 
+def _pool_groups(k: OpKernel, span: int) -> int:
+    """Groups of four columns a thread of the float4 column pass loads at once: the same budget of
+    loads in flight as the scalar pass, over the span's groups (a group of four columns is one load)."""
+    return _pool_columns(k, -(-(span + 3) // 4))
+
+
+# Outputs a thread of the row-vector pooling takes (consecutive along the row), and the most float4
+# loads a window row may take for them (beyond it the thread-per-output kernel is kept).
+VPOOL_OUTPUTS = 4
+VPOOL_MAX_LOADS = 8
+
+
+def _vpool_loads(k: OpKernel) -> int:
+    """float4 loads a window row of the row-vector pooling takes: the VPOOL_OUTPUTS outputs' columns
+    from the aligned group before the first; their first column is `(-pw) & 3` past a group's start
+    (VPOOL_OUTPUTS * sw is a multiple of 4, so every thread's first output starts alike)."""
+    _, _, kw = k.params["window"]
+    _, _, sw = k.params["stride"]
+    _, _, pw = k.params["padding"]
+    _, _, dw = k.params["dilation"]
+    span = (-pw) % 4 + (VPOOL_OUTPUTS - 1) * sw + (kw - 1) * dw + 1
+    return -(-span // 4)
+
+
+def pool_vectorised(k: OpKernel) -> bool:
+    """A small fixed window over (d, h) rows (not separable) whose window rows take few enough float4
+    loads: four outputs a thread from whole float4 row reads (at run time: rows of a multiple of four
+    columns from a 16-byte aligned input)."""
+    kd, kh, _ = k.params["window"]
+    return (
+        pool_specialised(k) and not pool_separable(k) and kd * kh > 1 and _vpool_loads(k) <= VPOOL_MAX_LOADS
+    )
+
+
+def _lanes(statement: str) -> str:
+    """A combine statement of `acc` and `v` written once for each lane of a float4."""
+    return " ".join(re.sub(r"\b(acc|v)\b", rf"\1.{lane}", statement) for lane in "xyzw")
+
+
 def _pool(k: OpKernel, e: str) -> tuple[str, str]:
     p = k.params
     kd, kh, kw = p["window"]
@@ -325,25 +366,109 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
     p.o[t] = acc;
   }}
 }}"""
+    vectorised = pool_vectorised(k)
+    if vectorised:
+        loads, lead, v_out = _vpool_loads(k), (-pw) % 4, VPOOL_OUTPUTS
+        if is_max or p.get("divisor") or p.get("include_pad", 1):
+            counting, count_out = "", ""
+        else:
+            counting = " ++rows_in;"
+            count_out = f"""
+      int cnt = 0;
+      #pragma unroll
+      for (int c = 0; c < {kw}; ++c) {{
+        const int w = w0 + c * {dw};
+        cnt += (w >= 0 && w < IW) ? rows_in : 0;
+      }}"""
+        kernels += f"""
+
+/* Row-vector pooling: a thread takes {v_out} consecutive outputs of one output row and reads each window
+   row they span as {loads} whole float4s from the aligned group before their first column (their
+   columns overlap: {loads * 4} floats a window row where {v_out} threads per output read {v_out * kw}
+   floats one at a time), the index arithmetic done once for the four. Rows of a multiple of 4
+   columns from a 16-byte aligned input only: a group then lies wholly inside the row or wholly in its
+   padding (the pool's neutral value). {geometry} */
+template <typename I>
+__global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
+  const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
+  const I OD = (I)p.out[0], OH = (I)p.out[1];
+  const int OW = (int)p.out[2];
+  const I groups = (I)((OW + {v_out - 1}) / {v_out});
+  for (I t = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; t < total; t += (I)gridDim.x * (I)blockDim.x) {{
+    const I row = t / groups;
+    const int ow0 = (int)(t - row * groups) * {v_out}, oh = (int)(row % OH), od = (int)((row / OH) % OD);
+    const int64_t nc = (int64_t)(row / (OH * OD));
+    const float* __restrict__ xc = p.x + nc * ID * IH * (int64_t)IW;
+    const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, a0 = ow0 * {sw} - {pw} - {lead};
+    float out[{v_out}];
+    #pragma unroll
+    for (int o = 0; o < {v_out}; ++o) out[o] = {neutral};
+    int rows_in = 0;
+    (void)rows_in;
+    #pragma unroll
+    for (int a = 0; a < {kd}; ++a) {{
+      const int d = d0 + a * {dd};
+      if (d < 0 || d >= ID) continue;
+      #pragma unroll
+      for (int b = 0; b < {kh}; ++b) {{
+        const int h = h0 + b * {dh};
+        if (h < 0 || h >= IH) continue;{counting}
+        const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
+        float r[{loads * 4}];
+        #pragma unroll
+        for (int g = 0; g < {loads}; ++g) {{
+          const int w = a0 + 4 * g;
+          const float4 q = (w >= 0 && w < IW) ? __ldg(reinterpret_cast<const float4*>(xr + w))
+                                              : make_float4({neutral}, {neutral}, {neutral}, {neutral});
+          r[4 * g] = q.x; r[4 * g + 1] = q.y; r[4 * g + 2] = q.z; r[4 * g + 3] = q.w;
+        }}
+        #pragma unroll
+        for (int o = 0; o < {v_out}; ++o) {{
+          float acc = out[o];
+          #pragma unroll
+          for (int c = 0; c < {kw}; ++c) {{
+            const float v = r[{lead} + o * {sw} + c * {dw}];
+            {combine}
+          }}
+          out[o] = acc;
+        }}
+      }}
+    }}
+    #pragma unroll
+    for (int o = 0; o < {v_out}; ++o) {{
+      const int ow = ow0 + o, w0 = ow * {sw} - {pw};
+      if (ow >= OW) break;
+      (void)w0;
+      float acc = out[o];{count_out}{finish.replace(chr(10) + "    ", chr(10) + "      ")}
+      p.o[(int64_t)row * OW + ow] = acc;
+    }}
+  }}
+}}"""
     if separable:
         tw, span = _pool_tile(k)
         ext = (kw - 1) * dw + 1
         columns = _pool_columns(k, span)
+        groups = _pool_groups(k, span)
         plural = "s" if columns > 1 else ""
+        gplural = "s" if groups > 1 else ""
         kernels += f"""
 
 /* Separable pooling of a large window: a block takes up to {tw} outputs of one output row (n, c, d, h).
    Its threads first combine every input column of the tile's span over the window's {kd}x{kh} (d, h)
    taps (coalesced 128-byte row reads, {kd * kh} loads in flight a thread) into shared memory, then each
    output combines its {kw} column values there. A thread per output issued {kd * kh * kw} loads whose
-   lanes sat {4 * sw} bytes apart. {geometry} */
+   lanes sat {4 * sw} bytes apart. Rows of a multiple of 4 columns from a 16-byte aligned input are read
+   a float4 at a time: the span's aligned groups of four columns (a quarter of the load instructions;
+   a group lies wholly inside the row or wholly in its padding), shared memory holding the columns from
+   the group before the span's first, `sh` columns ahead of it. {geometry} */
 __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, int64_t tiles) {{
-  __shared__ float colv[{span}];
+  __shared__ __align__(16) float colv[{span + 8}];
   /* the tile's place (row, first output, h, d, n*c), worked out by one thread: 64-bit divisions are
      emulated (tens of instructions each), and done by every thread they cost more than the tile's loads */
   __shared__ int64_t geo[5];
   const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
   const int OD = (int)p.out[0], OH = (int)p.out[1], OW = (int)p.out[2];
+  const bool vec = (IW & 3) == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15) == 0;
   for (int64_t blk = blockIdx.x; blk < rows * tiles; blk += gridDim.x) {{
     if (threadIdx.x == 0) {{
       const int64_t r = blk / tiles;
@@ -361,6 +486,40 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
     const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, wb = ow0 * {sw} - {pw};
     const int n = OW - ow0 < {tw} ? OW - ow0 : {tw};
     const int span = (n - 1) * {sw} + {ext};
+    int sh = 0;
+    if (vec) {{
+      /* {groups} group{gplural} of four columns a thread a pass, every load issued before the first lands */
+      sh = wb & 3;
+      const int a0 = wb - sh, ng = (sh + span + 3) >> 2;
+      for (int g0 = threadIdx.x; g0 < ng; g0 += {groups} * (int)blockDim.x) {{
+        float4 cv[{groups}];
+        #pragma unroll
+        for (int u = 0; u < {groups}; ++u) {{
+          const int g = g0 + u * (int)blockDim.x, w = a0 + 4 * g;
+          float4 acc = make_float4({neutral}, {neutral}, {neutral}, {neutral});
+          if (g < ng && w >= 0 && w < IW) {{
+            #pragma unroll
+            for (int a = 0; a < {kd}; ++a) {{
+              const int d = d0 + a * {dd};
+              if (d < 0 || d >= ID) continue;
+              #pragma unroll
+              for (int b = 0; b < {kh}; ++b) {{
+                const int h = h0 + b * {dh};
+                if (h < 0 || h >= IH) continue;
+                const float4 v = __ldg(reinterpret_cast<const float4*>(xc + ((int64_t)d * IH + h) * IW + w));
+                {_lanes(combine)}
+              }}
+            }}
+          }}
+          cv[u] = acc;
+        }}
+        #pragma unroll
+        for (int u = 0; u < {groups}; ++u) {{
+          const int g = g0 + u * (int)blockDim.x;
+          if (g < ng) *reinterpret_cast<float4*>(colv + 4 * g) = cv[u];
+        }}
+      }}
+    }} else
     /* {columns} column{plural} a thread a pass, every load issued before the first lands in shared memory (a
        column at a time, each store waited for its load: one load in flight a thread) */
     for (int j0 = threadIdx.x; j0 < span; j0 += {columns} * (int)blockDim.x) {{
@@ -401,7 +560,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
       for (int c = 0; c < {kw}; ++c) {{
         const int w = w0 + c * {dw};
         if (w < 0 || w >= IW) continue;
-        const float v = colv[q * {sw} + c * {dw}];
+        const float v = colv[sh + q * {sw} + c * {dw}];
         {combine}{count}
       }}"""
         if not is_max and not p.get("divisor") and not p.get("include_pad", 1):
@@ -433,6 +592,18 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
   if (p.in[2] < ((int64_t)1 << 30) && p.out[0] * p.out[1] * p.out[2] < ((int64_t)1 << 31)) {{
     const int64_t tiles = (p.out[2] + {tw - 1}) / {tw}, nt = items * tiles;
     {e}_spool<<<(unsigned)(nt < 1048576 ? nt : 1048576), 256, 0, st>>>(p, items, tiles);
+    {_CHECK.removesuffix(chr(10) + "}").strip()}
+  }}"""
+    if vectorised:
+        launch += f"""
+  if ((p.in[2] & 3) == 0 && (reinterpret_cast<uintptr_t>(p.x) & 15) == 0) {{
+    const int64_t vtotal = items * ((p.out[2] + {VPOOL_OUTPUTS - 1}) / {VPOOL_OUTPUTS});
+    const int64_t vb = (vtotal + 255) / 256;
+    const unsigned vgrid = (unsigned)(vb < 1048576 ? vb : 1048576);
+    if (vtotal + (int64_t)vgrid * 256 < ((int64_t)1 << 31))
+      {e}_vpool<int><<<vgrid, 256, 0, st>>>(p, (int)vtotal);
+    else
+      {e}_vpool<int64_t><<<vgrid, 256, 0, st>>>(p, vtotal);
     {_CHECK.removesuffix(chr(10) + "}").strip()}
   }}"""
     launch += f"""
