@@ -102,6 +102,7 @@ inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 template <class A, class B> inline auto min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) -> decltype(a + b) { return a > b ? a : b; }

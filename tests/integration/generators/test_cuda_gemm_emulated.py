@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cuda_emulation import emulate_ptx, emulated_output, emulation_ready
+from cuda_emulation import build_emulated, emulate_ptx, emulated_output, emulation_ready
 from test_cuda_gemm import (
     AWKWARD,
     COMBOS,
@@ -27,6 +27,7 @@ from test_cuda_gemm import (
     task,
 )
 
+from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS
 from kernelfoundry.tasks.model import Task
 from tests.integration.generators.cuda_judge import with_params
 
@@ -59,6 +60,47 @@ def test_inline_ptx_becomes_calls_of_its_emulation() -> None:
   (void)0;
 """
     )
+
+
+def test_the_split_rounds_as_cvt_rna_tf32_where_the_tensor_cores_read_it(tmp_path: Path) -> None:
+    # kf_split_tf32 adds half a TF32 unit to the bits and leaves the truncation to the MMA (which reads
+    # an operand's 19 high bits, as the emulated MMA does): the operand it hands over must read as
+    # cvt.rna.tf32 of x (big) and of x - big (small), ties away from zero included
+    import ctypes
+
+    import numpy as np
+
+    code = (
+        "#include <cuda_runtime.h>\n"
+        + TC_HELPERS.split("/* c (16 x 8")[0].replace("static_assert", "// static_assert")
+        + """
+extern "C" __attribute__((visibility("default"))) void split_all(const float* x, uint32_t* out, int n) {
+  for (int i = 0; i < n; ++i) {
+    uint32_t big, small;
+    kf_split_tf32(x[i], big, small);
+    out[4 * i] = big & 0xffffe000u;
+    out[4 * i + 1] = small & 0xffffe000u;
+    out[4 * i + 2] = emu_cvt_rna_tf32(x[i]);
+    out[4 * i + 3] = emu_cvt_rna_tf32(x[i] - __uint_as_float(emu_cvt_rna_tf32(x[i])));
+  }
+}
+"""
+    )
+    lib = ctypes.CDLL(str(build_emulated(code, tmp_path, {"KF_MIN_BLOCKS": 1})))
+    rng = np.random.default_rng(3)
+    ties = np.array([0x3F801000, 0xBF801000, 0x3F800FFF, 0x3F803000, 0x00001000, 0x7F7FF000], np.uint32)
+    x = np.concatenate(
+        [rng.standard_normal(4000, np.float32) * 10.0 ** rng.integers(-30, 30, 4000), ties.view(np.float32)]
+    ).astype(np.float32)
+    x = np.concatenate([x, np.float32([0.0, -0.0, 1e-40, -3e-39, np.inf, -np.inf])])
+    out = np.zeros(4 * len(x), np.uint32)
+    lib.split_all(
+        x.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(len(x))
+    )
+    got = out.reshape(-1, 4)
+    np.testing.assert_array_equal(got[:, 0], got[:, 2])  # big
+    finite = np.isfinite(x)
+    np.testing.assert_array_equal(got[finite, 1], got[finite, 3])  # small
 
 
 def test_inline_ptx_without_an_emulation_is_refused_by_name() -> None:

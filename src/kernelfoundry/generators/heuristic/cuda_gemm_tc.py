@@ -49,11 +49,13 @@ static_assert(KF_WN == 4 || KF_WN == 8, "KF_WN must be 4 or 8");
 #define KF_PAD 8  /* rows of 136 floats: a warp's fragment reads hit 32 distinct banks */
 
 /* x = big + small, both TF32 (round to nearest): big * big + big * small + small * big is x * y to
-   about float32 accuracy */
+   about float32 accuracy. The tensor cores ignore a TF32 operand's 13 low bits, so half a TF32 unit
+   added to the bits rounds it to nearest, ties away from zero (cvt.rna.tf32's rounding) at the integer
+   adder's full rate (cvt runs at a quarter of it, and this runs at every fragment read); big has its
+   low bits cleared, as the rest is taken from it exactly. */
 __device__ __forceinline__ void kf_split_tf32(float x, uint32_t& big, uint32_t& small) {
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-  const float rest = x - __uint_as_float(big);
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+  big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  small = __float_as_uint(x - __uint_as_float(big)) + 0x1000u;
 }
 
 /* c (16 x 8, float32) += a (16 x 8, TF32, row) * b (8 x 8, TF32, col) */
