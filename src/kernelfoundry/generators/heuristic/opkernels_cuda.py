@@ -212,11 +212,13 @@ def pool_specialised(k: OpKernel) -> bool:
 # Windows of at least this many taps spanning more than one input row are pooled separably (_spool).
 SEPARABLE_POOL_TAPS = 32
 # Input columns of one separable tile (floats of shared memory) and the most outputs it takes: up to
-# four a thread, so that a tile's fixed costs (its place, two barriers) are shared by more outputs than
-# a 1-D pooling's one a thread (level1/41_Max_Pooling_1D: 6.4 ms at 256 outputs a tile on the H200,
-# 25% of the bandwidth floor)
-POOL_SPAN = 2048
-POOL_TILE_OUTPUTS = 1024
+# sixteen a thread, so that a tile's fixed costs (its place, two barriers) are shared by more outputs
+# than a 1-D pooling's one a thread (level1/41_Max_Pooling_1D: 6.4 ms at 256 outputs a tile on the H200,
+# 25% of the bandwidth floor; 4.1 ms at 1024), and a thread of the float4 column pass has four groups
+# of a long row in flight (at 2048 columns a tile it had one: 16 bytes, fewer than the scalar pass's
+# five columns)
+POOL_SPAN = 4096
+POOL_TILE_OUTPUTS = 4096
 
 
 def pool_separable(k: OpKernel) -> bool:
@@ -249,19 +251,26 @@ def _pool_tile(k: OpKernel) -> tuple[int, int]:
 # thread, 41_Max_Pooling_1D 4.50 -> 4.09 ms and 44_Average_Pooling_1D 2.61 -> 2.29 ms; an 11-row window
 # at three columns (33 loads), 45_Average_Pooling_2D 5.71 -> 6.50 ms: eleven loads a column are enough
 POOL_LOADS_IN_FLIGHT = 8
+# The most columns a thread of the scalar column pass takes: at seven and more ptxas (CUDA 13, sm_90)
+# spilled the 1-D pass's column array at 40 registers
+POOL_SCALAR_COLUMNS = 6
+# float4 loads a thread of the float4 column pass keeps in flight (64 bytes, the scalar pass's 32 and
+# more; at 8, ptxas spilled a two-row window's pass)
+POOL_VEC_LOADS_IN_FLIGHT = 4
 
 
 def _pool_columns(k: OpKernel, span: int) -> int:
     """Columns a thread of the separable column pass loads at once: as many as keep at most
     POOL_LOADS_IN_FLIGHT loads in flight, no more than the tile's span needs of a 256-thread block."""
     kd, kh, _ = k.params["window"]
-    return max(1, min(POOL_LOADS_IN_FLIGHT // (kd * kh), -(-span // 256)))
+    return max(1, min(POOL_LOADS_IN_FLIGHT // (kd * kh), -(-span // 256), POOL_SCALAR_COLUMNS))
 
 
 def _pool_groups(k: OpKernel, span: int) -> int:
-    """Groups of four columns a thread of the float4 column pass loads at once: the same budget of
-    loads in flight as the scalar pass, over the span's groups (a group of four columns is one load)."""
-    return _pool_columns(k, -(-(span + 3) // 4))
+    """Groups of four columns a thread of the float4 column pass loads at once: as many as keep at most
+    POOL_VEC_LOADS_IN_FLIGHT float4 loads in flight, no more than the span's groups need."""
+    kd, kh, _ = k.params["window"]
+    return max(1, min(POOL_VEC_LOADS_IN_FLIGHT // (kd * kh), -(-(span + 3) // 1024)))
 
 
 # Outputs a thread of the row-vector pooling takes (consecutive along the row), and the most float4
