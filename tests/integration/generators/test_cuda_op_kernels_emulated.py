@@ -34,12 +34,12 @@ def test_launches_become_emulated_calls_with_their_template_arguments() -> None:
     )
 
 
-def run_emulated(name: str, out: Path) -> tuple[Any, Any]:
+def run_emulated(name: str, out: Path, params: dict[str, int] | None = None) -> tuple[Any, Any]:
     import torch
     from torch import nn
 
     task, kernel = first_candidate(name, CASES[name])
-    unit = Unit(build_emulated(kernel.code, out))
+    unit = Unit(build_emulated(kernel.code, out, params))
     reference = instantiate(task, task.shapes[0], seed=1, device="cpu")
     with torch.no_grad():
         expected = reference.model(*reference.inputs)
@@ -65,3 +65,19 @@ def test_family_kernel_matches_torch_under_emulation(case: str, tmp_path: Path) 
         assert torch.equal(got, expected)
     else:
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)
+
+
+# 1-D windows: the separable tiles by default, the row-vector kernel at the tunable's other value (rows
+# of a multiple of four columns; the thread-per-output kernel otherwise)
+ONE_D = ["max_pool1d_dilated_padded_tiles", "avg_pool1d_strided_padded_tiles", "avg_pool1d_exclude_pad_tiles"]
+
+
+@pytest.mark.parametrize("case", ONE_D)
+def test_a_1d_pooling_offers_the_row_vector_kernel_as_a_tunable(case: str, tmp_path: Path) -> None:
+    import torch
+
+    _, kernel = first_candidate(case, CASES[case])
+    assert {t.name: t.values for t in kernel.tunables} == {"KF_TILED_KF_OP0": (1, 0)}
+    assert "_vpool<int><<<" in kernel.code and "_spool<<<" in kernel.code
+    got, expected = run_emulated(case, tmp_path, {"KF_TILED_KF_OP0": 0})
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)

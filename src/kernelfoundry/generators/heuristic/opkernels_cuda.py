@@ -292,13 +292,24 @@ def _vpool_loads(k: OpKernel) -> int:
 
 
 def pool_vectorised(k: OpKernel) -> bool:
-    """A small fixed window over (d, h) rows (not separable) whose window rows take few enough float4
-    loads: four outputs a thread from whole float4 row reads (at run time: rows of a multiple of four
-    columns from a 16-byte aligned input)."""
+    """A fixed window whose window rows take few enough float4 loads for the row-vector kernel: four
+    outputs a thread from whole float4 row reads (at run time: rows of a multiple of four columns from a
+    16-byte aligned input). Small windows over (d, h) rows take it; a 1-D window has it beside the
+    separable tiles, a tunable choosing (`pool_tiled_tunable`)."""
     kd, kh, _ = k.params["window"]
-    return (
-        pool_specialised(k) and not pool_separable(k) and kd * kh > 1 and _vpool_loads(k) <= VPOOL_MAX_LOADS
-    )
+    small = not pool_separable(k) and kd * kh > 1
+    return pool_specialised(k) and (small or kd * kh == 1) and _vpool_loads(k) <= VPOOL_MAX_LOADS
+
+
+def pool_tiled_tunable(k: OpKernel, entry: str) -> str | None:
+    """The tunable of a pooling that has both the separable tiles and the row-vector kernel (a 1-D
+    window): 1 the tiles (shared memory, one barrier pair a tile), 0 the row-vector kernel (no shared
+    memory, the window's overlap read again from L1). Which is faster depends on the window and the
+    device, so the sweep decides."""
+    kd, kh, _ = k.params["window"]
+    if pool_separable(k) and pool_vectorised(k) and kd * kh == 1:
+        return f"KF_TILED_{entry.upper()}"
+    return None
 
 
 def _lanes(statement: str) -> str:
@@ -592,13 +603,20 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
     __syncthreads();
   }}
 }}"""
+    tiled = pool_tiled_tunable(k, e)
+    if tiled:
+        kernels = (
+            f"// @kf.tunable {tiled} in [1, 0] default 1\n#ifndef {tiled}\n#define {tiled} 1\n#endif\n"
+            + kernels
+        )
     launch = """  (void)cols;
   if (items <= 0 || p.out[2] <= 0) return KF_OK;
   cudaStream_t st = (cudaStream_t)stream;
   const int64_t total = items * p.out[2];"""
     if separable:
+        gate = f"{tiled} && " if tiled else ""
         launch += f"""
-  if (p.in[2] < ((int64_t)1 << 30) && p.out[0] * p.out[1] * p.out[2] < ((int64_t)1 << 31)) {{
+  if ({gate}p.in[2] < ((int64_t)1 << 30) && p.out[0] * p.out[1] * p.out[2] < ((int64_t)1 << 31)) {{
     const int64_t tiles = (p.out[2] + {tw - 1}) / {tw}, nt = items * tiles;
     {e}_spool<<<(unsigned)(nt < 1048576 ? nt : 1048576), 256, 0, st>>>(p, items, tiles);
     {_CHECK.removesuffix(chr(10) + "}").strip()}
