@@ -28,6 +28,7 @@ building; never compiles.
 from __future__ import annotations
 
 import re
+import textwrap
 
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
 
@@ -312,6 +313,28 @@ def pool_tiled_tunable(k: OpKernel, entry: str) -> str | None:
     return None
 
 
+def _window_rows(k: OpKernel, body: str, indent: str, counting: str = "") -> str:
+    """The pooling window's (d, h) rows inside the input, `body` once a row (`d`, `h` in scope; d0, h0,
+    ID, IH at the call site), indented by `indent`; `counting` runs first in each row."""
+    kd, kh, _ = k.params["window"]
+    dd, dh, _ = k.params["dilation"]
+    inner = textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
+    return textwrap.indent(
+        f"""#pragma unroll
+for (int a = 0; a < {kd}; ++a) {{
+  const int d = d0 + a * {dd};
+  if (d < 0 || d >= ID) continue;
+  #pragma unroll
+  for (int b = 0; b < {kh}; ++b) {{
+    const int h = h0 + b * {dh};
+    if (h < 0 || h >= IH) continue;{counting}
+{inner}
+  }}
+}}""",
+        indent,
+    )
+
+
 def _lanes(statement: str) -> str:
     """A combine statement of `acc` and `v` written once for each lane of a float4."""
     return " ".join(re.sub(r"\b(acc|v)\b", rf"\1.{lane}", statement) for lane in "xyzw")
@@ -348,6 +371,15 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str]:
         count = " ++cnt;"
         finish = f"\n    acc = acc / {div};"
     separable = pool_separable(k)
+    pool_row = f"""
+        const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
+        #pragma unroll
+        for (int c = 0; c < {kw}; ++c) {{
+          const int w = w0 + c * {dw};
+          if (w < 0 || w >= IW) continue;
+          const float v = __ldg(xr + w);
+          {combine}{count}
+        }}"""
     kernels = f"""/* One thread per output, outputs numbered in memory order (n, c, d, h, w): consecutive
    lanes take consecutive outputs, so every lane works however short the output rows are (a block per
    row left 21 of 32 lanes idle on an 11-wide output), neighbouring lanes read neighbouring windows and
@@ -365,24 +397,7 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
     float acc = {neutral};
     int cnt = 0;
     (void)cnt;
-    #pragma unroll
-    for (int a = 0; a < {kd}; ++a) {{
-      const int d = d0 + a * {dd};
-      if (d < 0 || d >= ID) continue;
-      #pragma unroll
-      for (int b = 0; b < {kh}; ++b) {{
-        const int h = h0 + b * {dh};
-        if (h < 0 || h >= IH) continue;
-        const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
-        #pragma unroll
-        for (int c = 0; c < {kw}; ++c) {{
-          const int w = w0 + c * {dw};
-          if (w < 0 || w >= IW) continue;
-          const float v = __ldg(xr + w);
-          {combine}{count}
-        }}
-      }}
-    }}{finish}
+{_window_rows(k, pool_row, "    ")}{finish}
     p.o[t] = acc;
   }}
 }}"""
@@ -400,6 +415,26 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
         const int w = w0 + c * {dw};
         cnt += (w >= 0 && w < IW) ? rows_in : 0;
       }}"""
+        vpool_row = f"""
+        const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
+        float r[{loads * 4}];
+        #pragma unroll
+        for (int g = 0; g < {loads}; ++g) {{
+          const int w = a0 + 4 * g;
+          const float4 q = (w >= 0 && w < IW) ? __ldg(reinterpret_cast<const float4*>(xr + w))
+                                              : make_float4({neutral}, {neutral}, {neutral}, {neutral});
+          r[4 * g] = q.x; r[4 * g + 1] = q.y; r[4 * g + 2] = q.z; r[4 * g + 3] = q.w;
+        }}
+        #pragma unroll
+        for (int o = 0; o < {v_out}; ++o) {{
+          float acc = out[o];
+          #pragma unroll
+          for (int c = 0; c < {kw}; ++c) {{
+            const float v = r[{lead} + o * {sw} + c * {dw}];
+            {combine}
+          }}
+          out[o] = acc;
+        }}"""
         kernels += f"""
 
 /* Row-vector pooling: a thread takes {v_out} consecutive outputs of one output row and reads each window
@@ -425,35 +460,7 @@ __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
     for (int o = 0; o < {v_out}; ++o) out[o] = {neutral};
     int rows_in = 0;
     (void)rows_in;
-    #pragma unroll
-    for (int a = 0; a < {kd}; ++a) {{
-      const int d = d0 + a * {dd};
-      if (d < 0 || d >= ID) continue;
-      #pragma unroll
-      for (int b = 0; b < {kh}; ++b) {{
-        const int h = h0 + b * {dh};
-        if (h < 0 || h >= IH) continue;{counting}
-        const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
-        float r[{loads * 4}];
-        #pragma unroll
-        for (int g = 0; g < {loads}; ++g) {{
-          const int w = a0 + 4 * g;
-          const float4 q = (w >= 0 && w < IW) ? __ldg(reinterpret_cast<const float4*>(xr + w))
-                                              : make_float4({neutral}, {neutral}, {neutral}, {neutral});
-          r[4 * g] = q.x; r[4 * g + 1] = q.y; r[4 * g + 2] = q.z; r[4 * g + 3] = q.w;
-        }}
-        #pragma unroll
-        for (int o = 0; o < {v_out}; ++o) {{
-          float acc = out[o];
-          #pragma unroll
-          for (int c = 0; c < {kw}; ++c) {{
-            const float v = r[{lead} + o * {sw} + c * {dw}];
-            {combine}
-          }}
-          out[o] = acc;
-        }}
-      }}
-    }}
+{_window_rows(k, vpool_row, "    ", counting)}
     #pragma unroll
     for (int o = 0; o < {v_out}; ++o) {{
       const int ow = ow0 + o, w0 = ow * {sw} - {pw};
@@ -471,6 +478,12 @@ __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
         groups = _pool_groups(k, span)
         plural = "s" if columns > 1 else ""
         gplural = "s" if groups > 1 else ""
+        group_row = f"""
+            const float4 v = __ldg(reinterpret_cast<const float4*>(xc + ((int64_t)d * IH + h) * IW + w));
+            {_lanes(combine)}"""
+        column_row = f"""
+            const float v = __ldg(xc + ((int64_t)d * IH + h) * IW + w);
+            {combine}"""
         kernels += f"""
 
 /* Separable pooling of a large window: a block takes up to {tw} outputs of one output row (n, c, d, h).
@@ -518,18 +531,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
           const int g = g0 + u * (int)blockDim.x, w = a0 + 4 * g;
           float4 acc = make_float4({neutral}, {neutral}, {neutral}, {neutral});
           if (g < ng && w >= 0 && w < IW) {{
-            #pragma unroll
-            for (int a = 0; a < {kd}; ++a) {{
-              const int d = d0 + a * {dd};
-              if (d < 0 || d >= ID) continue;
-              #pragma unroll
-              for (int b = 0; b < {kh}; ++b) {{
-                const int h = h0 + b * {dh};
-                if (h < 0 || h >= IH) continue;
-                const float4 v = __ldg(reinterpret_cast<const float4*>(xc + ((int64_t)d * IH + h) * IW + w));
-                {_lanes(combine)}
-              }}
-            }}
+{_window_rows(k, group_row, "            ")}
           }}
           cv[u] = acc;
         }}
@@ -549,18 +551,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
         const int j = j0 + u * (int)blockDim.x, w = wb + j;
         float acc = {neutral};
         if (j < span && w >= 0 && w < IW) {{
-          #pragma unroll
-          for (int a = 0; a < {kd}; ++a) {{
-            const int d = d0 + a * {dd};
-            if (d < 0 || d >= ID) continue;
-            #pragma unroll
-            for (int b = 0; b < {kh}; ++b) {{
-              const int h = h0 + b * {dh};
-              if (h < 0 || h >= IH) continue;
-              const float v = __ldg(xc + ((int64_t)d * IH + h) * IW + w);
-              {combine}
-            }}
-          }}
+{_window_rows(k, column_row, "          ")}
         }}
         cv[u] = acc;
       }}
