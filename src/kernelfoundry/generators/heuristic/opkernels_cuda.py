@@ -10,7 +10,9 @@ families' parameter structs, set-up and the generic item kernel the other famili
   busy however short the output rows), window, stride, padding and dilation baked in so the window
   loops unroll; large windows (SEPARABLE_POOL_TAPS taps or more over several rows) and every 1-D window
   separably, a block's input columns combined over the window's rows in shared memory, then along each
-  output;
+  output; on rows of a multiple of four columns from an aligned input the columns are read a float4
+  group at a time, and a window over a few rows takes four outputs a thread from whole float4 window
+  rows (`_vpool`), which a 1-D window also has beside its tiles, a tunable choosing;
 - depthwise convolution (one input channel per group): an output tile per block, its input tile in
   shared memory, the filter in registers, several output rows a thread; other convolutions and
   transposed ones (as a gather): one thread per output with the sum in a register (the generic item
