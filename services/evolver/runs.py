@@ -27,7 +27,7 @@ from kernelfoundry.codec import (
 )
 from kernelfoundry.domain.budgets import BARREN_GENERATIONS, Budget
 from kernelfoundry.domain.descriptors import Descriptors, classify
-from kernelfoundry.domain.engine import EngineConfig, EngineEvent, EvolutionEngine
+from kernelfoundry.domain.engine import EngineConfig, EngineEvent, EvolutionEngine, GenerationPlan
 from kernelfoundry.domain.evaluation import CandidateInfo, EvaluationInfo
 from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.domain.outcomes import Outcome
@@ -42,6 +42,7 @@ from kernelfoundry.domain.sweeps import (
     point_result,
     stale_sweep,
     sweep_points_per_generation,
+    sweeps_first,
     worth_sweeping,
 )
 from kernelfoundry.generators.accounting import meta_usage_id
@@ -216,9 +217,7 @@ class RunCoordinator:
         decision = run.engine.stop(now)
         if decision:
             return self._conclude(run, stop_message(decision.reason))
-        plans = run.engine.plan_generation(now, run.rng, in_flight=run.unresolved())
-        left = run.engine.budget.evaluations_left(run.unresolved() + len(plans))
-        jobs = self._sweep_jobs(run, left) if run.config.sweeps else []
+        plans, jobs = self._plan_and_sweep(run, now)
         if not plans and not jobs:
             if run.unresolved():
                 return []  # the evaluations in flight take the rest of the budget: wait for them
@@ -236,6 +235,24 @@ class RunCoordinator:
             # Every sweep point was a duplicate: move on rather than stall.
             return out + self._next_generation(run)
         return out
+
+    def _plan_and_sweep(
+        self, run: RunState, now: float
+    ) -> tuple[list[GenerationPlan], list[tuple[SweepJob, KernelSource]]]:
+        """The generation's requests and sweep points within the evaluation budget. The requests come
+        first, unless the generator's last generation brought nothing new: then the sweeps' points do
+        (a small budget would otherwise go to asking again, and the declared tunables go unswept)."""
+        in_flight = run.unresolved()
+        if not run.config.sweeps:
+            return run.engine.plan_generation(now, run.rng, in_flight=in_flight), []
+        if sweeps_first(run.engine.budget.barren_generations):
+            jobs = self._sweep_jobs(run, run.engine.budget.evaluations_left(in_flight))
+            plans = run.engine.plan_generation(
+                now, run.rng, in_flight=in_flight + len(jobs), beside=len(jobs)
+            )
+            return plans, jobs
+        plans = run.engine.plan_generation(now, run.rng, in_flight=in_flight)
+        return plans, self._sweep_jobs(run, run.engine.budget.evaluations_left(in_flight + len(plans)))
 
     def _sweep_jobs(self, run: RunState, left: int | None) -> list[tuple[SweepJob, KernelSource]]:
         """This generation's new sweep points, for kernels that are still elites, at most `left` of

@@ -189,17 +189,22 @@ class EvolutionEngine:
         self.meta.on_generation(self.generation)
         return GenerationStarted(self.generation, now)
 
-    def plan_generation(self, now: float, rng: random.Random, in_flight: int = 0) -> list[GenerationPlan]:
+    def plan_generation(
+        self, now: float, rng: random.Random, in_flight: int = 0, beside: int = 0
+    ) -> list[GenerationPlan]:
         """Start a generation and return its batch of requests: empty once a budget is spent, or when
         the evaluations already in flight take what is left of the evaluation budget (no generation
-        starts then), and never more requests than the evaluations left."""
+        starts then), and never more requests than the evaluations left.
+
+        `beside`: evaluations the generation sends besides its requests (sweep points), already counted
+        in `in_flight`; the generation starts for them even when they leave no request."""
         if self.stop(now):
             return []
         slots = self.config.batch_size
         left = self.budget.evaluations_left(in_flight)
         if left is not None:
             slots = min(slots, left)
-        if slots == 0:
+        if slots == 0 and beside == 0:
             return []
         self.start_generation(now)
         plans = self._plan(rng, slots)

@@ -384,6 +384,13 @@ def sweep_points_per_generation(population: int) -> int:
     return max(1, population)
 
 
+def sweeps_first(barren_generations: int) -> bool:
+    """Whether a generation hands the evaluation budget to the sweeps' points before the generator's
+    requests: when the generator's last generation brought nothing new (asking again is likely to bring
+    nothing again, while a declared tunable's other values are known to be untried)."""
+    return barren_generations > 0
+
+
 def stale_sweep(candidate_id: str, elites: Mapping[str, float], best_speedup: float) -> SweepFailure | None:
     """Why a sweep point is answered at once without an evaluation (its kernel is no longer an elite, or
     fell behind the run's best), or None when it is worth evaluating. `elites`: id -> speedup."""

@@ -173,6 +173,16 @@ def test_an_evaluation_budget_caps_every_generation_and_counts_what_is_in_flight
     assert fresh.stop(0.0).reason == "evaluations"
 
 
+def test_a_generation_starts_for_sweep_points_alone_when_they_take_the_last_evaluations():
+    config, budget = EngineConfig(batch_size=4, max_repairs=0), Budget(iterations=None, evaluations=6)
+    engine = EvolutionEngine(config, budget)
+    rng = random.Random(0)
+    # 5 in flight and one sweep point beside them: no request is left, but the generation starts
+    assert engine.plan_generation(0.0, rng, in_flight=6, beside=1) == [] and engine.generation == 1
+    assert engine.last_started is not None and engine.last_started.island_slots == 0
+    assert len(engine.plan_generation(0.0, rng, in_flight=4, beside=1)) == 2 and engine.generation == 2
+
+
 def test_summary_exposes_the_map_and_outcomes():
     engine = EvolutionEngine(EngineConfig(), Budget(iterations=None))
     drive(engine, generations=6)

@@ -352,6 +352,35 @@ def test_an_evaluation_budget_is_a_hard_cap_on_requests_and_sweep_points(tmp_pat
     assert runs.runs["run-1"].engine.budget.evaluations == 3
 
 
+def test_after_a_generation_with_nothing_new_the_sweeps_take_the_budget_first(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from kernelfoundry.tasks.model import Budget
+
+    runs = RunCoordinator(tmp_path, clock=Clock())
+    config = run_pb2.RunConfig(
+        hardware="cpu.x86_64", generator="heuristic", iterations=10, population=1, sweeps=True
+    )
+    task = replace(TASK, budget=Budget(iterations=10, evaluations=2))
+    (seed,) = requests(runs.start_run("run-1", task, config, "cpu.x86_64", 1))
+    runs.on_generated(generated(seed, tunable_kernel(1)))
+    emitted = runs.on_evaluated(evaluated(f"{seed.request_id}-c0", 2.0))
+    # the last evaluation goes to the generator first; it brings only the kernel already evaluated
+    (again,) = requests(emitted)
+    assert not [c for c in compile_requests(emitted) if "-s" in c.message.candidate_id]
+    emitted = runs.on_generated(generated(again, tunable_kernel(1)))
+    # the next generation gives the budget's last evaluation to the tunable's sweep, not to asking again
+    assert not requests(emitted)
+    (point,) = [c.message for c in compile_requests(emitted)]
+    run = runs.runs["run-1"]
+    assert run.candidates[point.candidate_id].info.operator == "retune"
+    assert point.source.params["BLOCK"] in ("64", "256")
+    assert point.candidate_id.startswith(f"run-1-g{run.generation}-s0")
+    assert run.generation == run.engine.generation == 3  # the seed, the request, the sweep point
+    finished = runs.on_evaluated(evaluated(point.candidate_id, 3.0))
+    assert retime_of(finished) and run.engine.budget.evaluations == 2
+
+
 def test_a_generator_with_nothing_new_ends_the_run_with_that_reason(tmp_path: Path) -> None:
     runs, out = start(tmp_path, iterations=1000, population=1)
     (request,) = requests(out)
