@@ -15,6 +15,10 @@
 #              KernelBench's sizes, per BLOCK and PER_THREAD, against eager and a copy
 #   probe-kernels tests/kernelbench/probe_candidate_kernels.py: eager, torch.compile and the first
 #              KF_PROBE_SEEDS (2) CUDA candidates of the KF_PROBE_TASKS (level/stem) kernel by kernel
+#   ncu-kernels Nsight Compute (--set full, clocks left alone) over one launch per KF_NCU_KERNELS pattern
+#              (kernel-name regexes, default kf_conv: the candidate's; after KF_NCU_SKIP (2) matching launches)
+#              in the probe-kernels run of KF_NCU_TASK's first candidate: $OUT/ncu_<n>.ncu-rep and a text
+#              page of its details each, to name what limits a kernel before changing it
 #   kb:K/N     bench/kernelbench.py run on the K-th of N chunks of the 176 tasks (results appended)
 #   kbs:K/N    the same on a spread sample: every N-th task from the K-th (both levels)
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
@@ -75,6 +79,20 @@ for rung in LADDER:
     probe-kernels)
       timeout "${KF_STEP_LIMIT_PROBE_KERNELS:-240}" python3 tests/kernelbench/probe_candidate_kernels.py \
         --seeds "${KF_PROBE_SEEDS:-2}" ${KF_PROBE_TASKS:-} 2>&1 | tee "$out/probe_candidate_kernels.txt"
+      ;;
+    ncu-kernels)
+      ncu_bin="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+      [[ -n "$ncu_bin" ]] || { echo "no ncu on this machine" | tee "$out/ncu.txt"; continue; }
+      n=0
+      for pattern in ${KF_NCU_KERNELS:-kf_conv}; do
+        n=$((n + 1))
+        timeout "${KF_STEP_LIMIT_NCU:-150}" "$ncu_bin" --clock-control none --set full --kernel-name "regex:$pattern" \
+          --launch-skip "${KF_NCU_SKIP:-2}" --launch-count 1 -f -o "$out/ncu_$n" \
+          python3 tests/kernelbench/probe_candidate_kernels.py --seeds 1 --no-compile --no-profile \
+          ${KF_NCU_TASK:-level1/56_conv_standard_2D__asymmetric_input__asymmetric_kernel} 2>&1 | tee -a "$out/ncu.txt"
+        [[ -f "$out/ncu_$n.ncu-rep" ]] && "$ncu_bin" --import "$out/ncu_$n.ncu-rep" --page details \
+          > "$out/ncu_${n}_details.txt" 2>&1
+      done
       ;;
     kb:* | kbs:*)
       [[ "$step" == kbs:* ]] && select=(--sample "${step#kbs:}") || select=(--chunk "${step#kb:}")

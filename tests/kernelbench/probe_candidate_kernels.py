@@ -1,14 +1,16 @@
 """A probe, not a test: where a KernelBench task's time goes in eager, torch.compile and the proposer's
 first CUDA candidates, kernel by kernel.
 
-    python3 tests/kernelbench/probe_candidate_kernels.py [--seeds N] [LEVEL/STEM ...]
+    python3 tests/kernelbench/probe_candidate_kernels.py [--seeds N] [--no-compile] [--no-profile]
+        [LEVEL/STEM ...]
 
 For each task (../shared/kernelbench or $KF_KERNELBENCH, at KernelBench's sizes): the median of 10
 calls (CUDA events, 3 warm-ups, no cache flush: an indication, not the evaluator's figure) of eager,
 torch.compile and each of the first N heuristic candidates (built with nvcc, run through their glue
 in this process, not sandboxed: the proposer's own code only), then per variant the kernels one call
 launches with their device time (torch.profiler), largest first: which kernel of a candidate loses
-to which of torch.compile's.
+to which of torch.compile's. Under Nsight Compute (`scripts/device_checks.sh ncu-kernels`), `--no-profile`
+leaves CUPTI to it and `--no-compile` skips torch.compile's many launches.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def kernels(fn: Any, calls: int = 3) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda kv: -kv[1])
 
 
-def report(label: str, fn: Any, expected: torch.Tensor | None = None) -> None:
+def report(label: str, fn: Any, expected: torch.Tensor | None = None, profile: bool = True) -> None:
     with torch.no_grad():
         if expected is not None:
             got = fn()
@@ -76,11 +78,11 @@ def report(label: str, fn: Any, expected: torch.Tensor | None = None) -> None:
             label += f" (max error {error:.2e})"
         total = ms(fn)
         print(f"  {label}: {total:.3f} ms", flush=True)
-        for name, t in kernels(fn)[:8]:
+        for name, t in kernels(fn)[:8] if profile else []:
             print(f"      {t:8.3f} ms  {name}", flush=True)
 
 
-def probe(task_id: str, seeds: int, work: Path) -> None:
+def probe(task_id: str, seeds: int, work: Path, with_compile: bool = True, profile: bool = True) -> None:
     path = KB / f"{task_id}.py"
     task = Task(path.stem, path.read_text(), (ShapeVariant("full"),))
     ref = instantiate(task, task.shapes[0], seed=1, device="cuda")
@@ -88,9 +90,10 @@ def probe(task_id: str, seeds: int, work: Path) -> None:
     print(f"== {task_id}", flush=True)
     with torch.no_grad():
         expected = model(*inputs)
-    report("eager", lambda: model(*inputs))
-    compiled = torch.compile(model)
-    report("torch.compile", lambda: compiled(*inputs))
+    report("eager", lambda: model(*inputs), profile=profile)
+    if with_compile:
+        compiled = torch.compile(model)
+        report("torch.compile", lambda: compiled(*inputs), profile=profile)
     result = HeuristicGenerator().generate_sync(GenerationRequest("probe", task, "cuda", count=seeds))
     for i, candidate in enumerate(result.candidates[:seeds]):
         source = candidate.source
@@ -104,18 +107,20 @@ def probe(task_id: str, seeds: int, work: Path) -> None:
         exec(compile(source.glue, "<glue>", "exec"), glue)
         new = glue["ModelNew"]().cuda()
         new.load_state_dict(model.state_dict())
-        report(f"seed {i} {variant}", lambda new=new: new(*inputs), expected)
+        report(f"seed {i} {variant}", lambda new=new: new(*inputs), expected, profile=profile)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tasks", nargs="*", default=DEFAULT)
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--no-profile", action="store_true", help="no torch.profiler (under Nsight Compute)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         for task_id in args.tasks:
             try:
-                probe(task_id, args.seeds, Path(work))
+                probe(task_id, args.seeds, Path(work), not args.no_compile, not args.no_profile)
             except Exception as e:  # a probe reports and goes on to the next task
                 print(f"  {task_id}: {type(e).__name__}: {e}", flush=True)
             torch.cuda.empty_cache()
