@@ -175,3 +175,26 @@ def test_requests_carry_the_run_s_record_per_generator_and_a_restored_run_keeps_
     )
     restored = restore_run(RunCoordinator(tmp_path / "restored"), history_of(runs))
     assert restored.member_record() == runs.runs["run-1"].member_record()
+
+
+def test_a_generation_that_brought_nothing_new_keeps_its_number_across_a_restore(tmp_path: Path) -> None:
+    """A generation whose request was answered with kernels already evaluated leaves no candidate in the
+    lineage: the restored run still counts it, so it asks for the same next generation (and request ids)
+    as the live run, not for one whose ids the stream already de-duplicated."""
+    runs, out = start(tmp_path, iterations=10, population=1)
+    (seed,) = requests(out)
+    runs.on_generated(generated(seed, kernel(1)))
+    (barren,) = requests(runs.on_evaluated(evaluated(f"{seed.request_id}-c0", 1.5)))
+    (third,) = requests(runs.on_generated(generated(barren, kernel(1))))  # nothing new in generation 2
+    runs.on_generated(generated(third, kernel(2)))
+    live_next = requests(runs.on_evaluated(evaluated(f"{third.request_id}-c0", 2.0)))
+    live = runs.runs["run-1"]
+    assert (barren.iteration, third.iteration, live.generation) == (2, 3, 4)
+
+    history = history_of(runs)
+    history.run.created_at.FromSeconds(int(live.started_at))
+    restored_runs = RunCoordinator(tmp_path / "restored")
+    restored = restore_run(restored_runs, history)
+    assert restored.engine.generation == 3 and restored.engine.budget.generations == 3
+    again = requests(restored_runs.continue_run(restored))
+    assert [r.request_id for r in again] == [r.request_id for r in live_next]
