@@ -14,7 +14,8 @@
 #   probe-grid tests/kernelbench/probe_pointwise_grid.py: the pointwise seed's grid capped and uncapped at
 #              KernelBench's sizes, per BLOCK and PER_THREAD, against eager and a copy
 #   probe-kernels tests/kernelbench/probe_candidate_kernels.py: eager, torch.compile and the first
-#              KF_PROBE_SEEDS (2) CUDA candidates of the KF_PROBE_TASKS (level/stem) kernel by kernel
+#              KF_PROBE_SEEDS (2) CUDA candidates of the KF_PROBE_TASKS (level/stem) kernel by kernel, and
+#              each again built with every KF_PROBE_PARAMS set (NAME=V[,NAME=V...], space-separated sets)
 #   ncu-kernels Nsight Compute (--set full, clocks left alone) over one launch per KF_NCU_KERNELS pattern
 #              (kernel-name regexes, default kf_conv: the candidate's; after KF_NCU_SKIP (2) matching launches)
 #              in the probe-kernels run of KF_NCU_TASK's first candidate: $OUT/ncu_<n>.ncu-rep and a text
@@ -78,7 +79,8 @@ for rung in LADDER:
       ;;
     probe-kernels)
       timeout "${KF_STEP_LIMIT_PROBE_KERNELS:-240}" python3 tests/kernelbench/probe_candidate_kernels.py \
-        --seeds "${KF_PROBE_SEEDS:-2}" ${KF_PROBE_TASKS:-} 2>&1 | tee "$out/probe_candidate_kernels.txt"
+        --seeds "${KF_PROBE_SEEDS:-2}" $(for p in ${KF_PROBE_PARAMS:-}; do printf -- '--params %s ' "$p"; done) \
+        ${KF_PROBE_TASKS:-} 2>&1 | tee "$out/probe_candidate_kernels.txt"
       ;;
     ncu-kernels)
       ncu_bin="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"

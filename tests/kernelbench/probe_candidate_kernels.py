@@ -2,7 +2,7 @@
 first CUDA candidates, kernel by kernel.
 
     python3 tests/kernelbench/probe_candidate_kernels.py [--seeds N] [--no-compile] [--no-profile]
-        [LEVEL/STEM ...]
+        [--params NAME=V[,NAME=V...]]... [LEVEL/STEM ...]
 
 For each task (../shared/kernelbench or $KF_KERNELBENCH, at KernelBench's sizes): the median of 10
 calls (CUDA events, 3 warm-ups, no cache flush: an indication, not the evaluator's figure) of eager,
@@ -10,7 +10,8 @@ torch.compile and each of the first N heuristic candidates (built with nvcc, run
 in this process, not sandboxed: the proposer's own code only), then per variant the kernels one call
 launches with their device time (torch.profiler), largest first: which kernel of a candidate loses
 to which of torch.compile's. Under Nsight Compute (`scripts/device_checks.sh ncu-kernels`), `--no-profile`
-leaves CUPTI to it and `--no-compile` skips torch.compile's many launches.
+leaves CUPTI to it and `--no-compile` skips torch.compile's many launches. Each `--params` set times a
+candidate once more built with those tunables' values (where it declares them all), beside its default.
 """
 
 from __future__ import annotations
@@ -82,7 +83,14 @@ def report(label: str, fn: Any, expected: torch.Tensor | None = None, profile: b
             print(f"      {t:8.3f} ms  {name}", flush=True)
 
 
-def probe(task_id: str, seeds: int, work: Path, with_compile: bool = True, profile: bool = True) -> None:
+def probe(
+    task_id: str,
+    seeds: int,
+    work: Path,
+    with_compile: bool = True,
+    profile: bool = True,
+    param_sets: list[dict[str, str]] | None = None,
+) -> None:
     path = KB / f"{task_id}.py"
     task = Task(path.stem, path.read_text(), (ShapeVariant("full"),))
     ref = instantiate(task, task.shapes[0], seed=1, device="cuda")
@@ -98,16 +106,19 @@ def probe(task_id: str, seeds: int, work: Path, with_compile: bool = True, profi
     for i, candidate in enumerate(result.candidates[:seeds]):
         source = candidate.source
         variant = source.code.splitlines()[1].removeprefix("// @kf.variant ")
-        try:
-            unit = Unit(build_unit(source, work))
-        except RuntimeError as e:
-            print(f"  seed {i} {variant}: build failed {str(e)[:300]}", flush=True)
-            continue
-        glue: dict[str, Any] = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": Launcher(unit)}
-        exec(compile(source.glue, "<glue>", "exec"), glue)
-        new = glue["ModelNew"]().cuda()
-        new.load_state_dict(model.state_dict())
-        report(f"seed {i} {variant}", lambda new=new: new(*inputs), expected, profile=profile)
+        declared = {t.name for t in source.tunables}
+        for params in [{}, *[p for p in param_sets or [] if set(p) <= declared]]:
+            label = f"seed {i} {variant}" + (f" {params}" if params else "")
+            try:
+                unit = Unit(build_unit(source, work, params))
+            except RuntimeError as e:
+                print(f"  {label}: build failed {str(e)[:300]}", flush=True)
+                continue
+            glue: dict[str, Any] = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": Launcher(unit)}
+            exec(compile(source.glue, "<glue>", "exec"), glue)
+            new = glue["ModelNew"]().cuda()
+            new.load_state_dict(model.state_dict())
+            report(label, lambda new=new: new(*inputs), expected, profile=profile)
 
 
 def main() -> None:
@@ -116,11 +127,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--no-profile", action="store_true", help="no torch.profiler (under Nsight Compute)")
+    parser.add_argument(
+        "--params", action="append", default=[], help="NAME=V[,NAME=V...]: time the candidates built so too"
+    )
     args = parser.parse_args()
+    param_sets = [dict(kv.split("=", 1) for kv in spec.split(",")) for spec in args.params]
     with tempfile.TemporaryDirectory() as work:
         for task_id in args.tasks:
             try:
-                probe(task_id, args.seeds, Path(work), not args.no_compile, not args.no_profile)
+                probe(task_id, args.seeds, Path(work), not args.no_compile, not args.no_profile, param_sets)
             except Exception as e:  # a probe reports and goes on to the next task
                 print(f"  {task_id}: {type(e).__name__}: {e}", flush=True)
             torch.cuda.empty_cache()
