@@ -83,6 +83,26 @@ def report(label: str, fn: Any, expected: torch.Tensor | None = None, profile: b
             print(f"      {t:8.3f} ms  {name}", flush=True)
 
 
+def candidate_call(source: Any, unit: Unit, model: nn.Module, inputs: list[Any], expected: Any) -> Any:
+    """One call of a candidate as the evaluator makes it: its glue's ModelNew with the reference's
+    state, or (no glue) the entry point on the inputs, then the parameters and buffers (the ABI order)."""
+    launcher = Launcher(unit)
+    if source.glue.strip():
+        glue: dict[str, Any] = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": launcher}
+        exec(compile(source.glue, "<glue>", "exec"), glue)
+        new = glue["ModelNew"]().cuda()
+        new.load_state_dict(model.state_dict())
+        return lambda: new(*inputs)
+    direct = [t.detach() for t in [*model.parameters(), *model.buffers()]]
+    outputs = [torch.empty_like(expected)]
+
+    def call() -> Any:
+        launcher.launch(source.entry_point, [*inputs, *direct], outputs)
+        return outputs[0]
+
+    return call
+
+
 def probe(
     task_id: str,
     seeds: int,
@@ -114,11 +134,7 @@ def probe(
             except RuntimeError as e:
                 print(f"  {label}: build failed {str(e)[:300]}", flush=True)
                 continue
-            glue: dict[str, Any] = {"torch": torch, "nn": nn, "F": torch.nn.functional, "kf": Launcher(unit)}
-            exec(compile(source.glue, "<glue>", "exec"), glue)
-            new = glue["ModelNew"]().cuda()
-            new.load_state_dict(model.state_dict())
-            report(label, lambda new=new: new(*inputs), expected, profile=profile)
+            report(label, candidate_call(source, unit, model, inputs, expected), expected, profile=profile)
 
 
 def main() -> None:
