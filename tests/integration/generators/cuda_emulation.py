@@ -81,17 +81,12 @@ enum { cudaMemAllocationTypePinned = 1, cudaMemLocationTypeDevice = 1, cudaMemPo
 struct cudaMemLocation { int type, id; };
 struct cudaMemPoolProps { int allocType; cudaMemLocation location; };
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return 0; }
-/* a few SMs, so that the units' split-K and wave arithmetic take their many-blocks branches, and a
-   small L2 (64 KB), so that grids sized by it stride over the rows */
-enum {
-  cudaDevAttrMultiProcessorCount = 16,
-  cudaDevAttrL2CacheSize = 38,
-  cudaFuncAttributeMaxDynamicSharedMemorySize = 8
-};
+/* a few SMs, so that the units' split-K and wave arithmetic take their many-blocks branches */
+enum { cudaDevAttrMultiProcessorCount = 16, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 typedef int cudaDeviceAttr;
 typedef int cudaFuncAttribute;
 inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
-  *v = attr == cudaDevAttrMultiProcessorCount ? 4 : (attr == cudaDevAttrL2CacheSize ? 64 * 1024 : 0);
+  *v = attr == cudaDevAttrMultiProcessorCount ? 4 : 0;
   return 0;
 }
 template <class F> inline cudaError_t cudaFuncSetAttribute(F, int, int) { return 0; }

@@ -85,36 +85,6 @@ WARP_TUNABLES = ("// @kf.tunable WARP_ROW_MAX in [1024, 4096, 16384] default 409
 # (one DRAM read of the tile) or re-reads its tile for the consumer (fewer registers, more blocks).
 FUSED_TUNABLES = ("// @kf.tunable FUSED_ROWS_IN_REGISTERS in [0, 1] default 1",)
 
-# A reduction fused with its broadcast consumer reads each row twice (the reduction, then the consumer):
-# the second read comes from L2 only while the rows the grid works on at once fit in it. ROWS_IN_L2 1
-# launches no more blocks (rows in flight) than half the L2 holds (at least one an SM; the blocks
-# stride over the rest), 0 a block per row (at 256 KB rows and four blocks an SM, 135 MB in flight on
-# a 50 MB L2: the second read came from DRAM, 65% of the bandwidth floor on the H200).
-L2_TUNABLES = ("// @kf.tunable ROWS_IN_L2 in [0, 1] default 1",)
-
-ROWS_IN_L2 = r"""
-/* At most as many blocks as rows of `row_bytes` fit in half the L2, at least one a streaming
-   multiprocessor; `blocks` when the device cannot say. */
-static int64_t kf_rows_in_l2(int64_t blocks, int64_t row_bytes) {
-  static int l2 = -1, sms = 0;
-  if (l2 < 0) {
-    int dev = 0, bytes = 0, count = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess) {
-      sms = count;
-      l2 = bytes;
-    } else {
-      l2 = 0;
-    }
-  }
-  if (l2 <= 0 || row_bytes <= 0) return blocks;
-  int64_t fit = (int64_t)l2 / 2 / row_bytes;
-  fit = fit > sms ? fit : sms;
-  return blocks < fit ? blocks : fit;
-}
-"""
-
 REDUCE_TREE = r"""
 /* Shared-memory tree reduction with block barriers only; `scratch` holds blockDim.x floats. */
 template <int OP>
@@ -193,9 +163,6 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
         if "FUSED_ROWS_IN_REGISTERS" in launches:
             lines += FUSED_TUNABLES
             defaults.append(("FUSED_ROWS_IN_REGISTERS", 1))
-        if "ROWS_IN_L2" in launches:
-            lines += L2_TUNABLES
-            defaults.append(("ROWS_IN_L2", 1))
         for name, default in defaults:
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses
@@ -205,7 +172,7 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
         helpers += [REDUCE_LANES] if "kf_warp_reduce" in used else []
         helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used else []
         lines += ["#include <cuda_runtime.h>", PRELUDE, *helpers]
-        lines += [ALLOC, *([ROWS_IN_L2] if "kf_rows_in_l2" in launches else []), ""]
+        lines += [ALLOC, ""]
         lines += [
             "KF_DEFINE_ABI_VERSION()",
             "",
@@ -675,10 +642,7 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
                 out.append(f"      const int fvec = {ok};")
                 fvarg = ", fvec"
             fargs = f"(outer, R{fvarg}, {ptr(step.out)}{a}{fused_args});"
-            out.append(
-                "      const int64_t nbf = ROWS_IN_L2 ? kf_rows_in_l2(nb, R * (int64_t)sizeof(float)) : nb;"
-            )
-            launch = f"      if (nbf > 0) {kname}_frows<<<(unsigned)nbf, ROW_BLOCK, 0, st>>>{fargs}"
+            launch = f"      if (nb > 0) {kname}_frows<<<(unsigned)nb, ROW_BLOCK, 0, st>>>{fargs}"
             if warp_rows:
                 out.append("      if (R <= WARP_ROW_MAX) {")
                 out.append("        const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
