@@ -15,7 +15,8 @@
 #              KernelBench's sizes, per BLOCK and PER_THREAD, against eager and a copy
 #   probe-kernels tests/kernelbench/probe_candidate_kernels.py: eager, torch.compile and the first
 #              KF_PROBE_SEEDS (2) CUDA candidates of the KF_PROBE_TASKS (level/stem) kernel by kernel, and
-#              each again built with every KF_PROBE_PARAMS set (NAME=V[,NAME=V...], space-separated sets)
+#              each again built with every KF_PROBE_PARAMS set (NAME=V[,NAME=V...], space-separated sets);
+#              KF_PROBE_NO_COMPILE=1 skips torch.compile
 #   ncu-kernels Nsight Compute (--set full, clocks left alone) over one launch per KF_NCU_KERNELS pattern
 #              (kernel-name regexes, default kf_conv: the candidate's; after KF_NCU_SKIP (2) matching launches)
 #              in the probe-kernels run of KF_NCU_TASK's first candidate: $OUT/ncu_<n>.ncu-rep and a text
@@ -79,7 +80,7 @@ for rung in LADDER:
       ;;
     probe-kernels)
       timeout "${KF_STEP_LIMIT_PROBE_KERNELS:-240}" python3 tests/kernelbench/probe_candidate_kernels.py \
-        --seeds "${KF_PROBE_SEEDS:-2}" $(for p in ${KF_PROBE_PARAMS:-}; do printf -- '--params %s ' "$p"; done) \
+        --seeds "${KF_PROBE_SEEDS:-2}" ${KF_PROBE_NO_COMPILE:+--no-compile} $(for p in ${KF_PROBE_PARAMS:-}; do printf -- '--params %s ' "$p"; done) \
         ${KF_PROBE_TASKS:-} 2>&1 | tee "$out/probe_candidate_kernels.txt"
       ;;
     ncu-kernels)

@@ -14,8 +14,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_emulation import emulated_output, emulation_ready
-from test_cuda_conv import CONVS, GPU_COMBOS, conv_source, conv_task, layouts, suite_task
+from test_cuda_conv import CONVS, GPU_COMBOS, TF32_TOLERANCE, conv_source, conv_task, layouts, suite_task
 
+from kernelfoundry.tasks.model import ShapeVariant, Task
 from tests.integration.generators.cuda_judge import with_params
 
 pytestmark = pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
@@ -37,3 +38,42 @@ def test_conv_units_match_torch_under_emulation(name: str, tf32: bool, tmp_path:
         torch.testing.assert_close(
             got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=label: f"{x}: {m}"
         )
+
+
+OFF_GRID = 1 + 2**-11 + 2**-13  # TF32 keeps 10 mantissa bits: nearest is 1 + 2^-10, truncation 1
+
+
+def constant_conv(x: float, w: float) -> Task:
+    source = f"""import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 4, 3, bias=False)
+        with torch.no_grad():
+            self.conv.weight.fill_({w!r})
+    def forward(self, x):
+        return self.conv(x)
+def get_inputs():
+    return [torch.full((2, 8, 6, 7), {x!r})]
+def get_init_inputs():
+    return []
+"""
+    return Task("conv_constant", source, shapes=(ShapeVariant("full"),), tolerance=TF32_TOLERANCE)
+
+
+@pytest.mark.parametrize("operand", ["input", "filters"])
+def test_the_channels_last_tf32_conv_rounds_its_operands_to_nearest_where_it_stages_them(
+    operand: str, tmp_path: Path
+) -> None:
+    """With one TF32 product the NHWC copy and the filter copy round every value (KF_PREROUNDED): the
+    MMA, which ignores a TF32 operand's 13 low bits, would otherwise truncate. An off-grid operand
+    beside an exact one of 1.0: every output sums 72 products of 1 + 2^-10 exactly."""
+    import torch
+
+    x, w = (OFF_GRID, 1.0) if operand == "input" else (1.0, OFF_GRID)
+    task = constant_conv(x, w)
+    source = conv_source(task, tf32=True, channels_last=True)
+    assert "#define KF_PREROUNDED 1" in source.code
+    got, _ = emulated_output(task, source, tmp_path)
+    assert torch.equal(got, torch.full_like(got, 72 * (1 + 2**-10)))

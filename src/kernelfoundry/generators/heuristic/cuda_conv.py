@@ -27,9 +27,13 @@ input and the output around them); this path converts the input only, the epilog
 
 Precision: torch runs float32 convolutions through cuDNN with TF32 allowed (its default), so eager's own
 error, and with it the judge's tolerance floor, is TF32's. The `tf32` variant multiplies once in TF32
-(KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. Tunables: BM (32,
-64 or 128 output channels a block: the default wastes no rows where a group has at most 32 or 64), BK (8,
-16 or 32: the K slice a stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8 tiles a warp: 8, a 64-pixel-
+(KF_TF32_TERMS 1: the MMA rate cuDNN gets); the other runs 3xTF32 at float32 accuracy. On the
+channels-last path the one-product variant rounds both operands to TF32 in their conversions
+(KF_PREROUNDED), so its fragment reads skip the rounding: on the H100, level1/56's conv issued 1.9x
+cuDNN's instructions at the same rate (Nsight Compute), two integer operations a fragment register
+among them.
+Tunables: BM (32, 64 or 128 output channels a block: the default wastes no rows where a group has at
+most 32 or 64), BK (8, 16 or 32: the K slice a stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8 tiles a warp: 8, a 64-pixel-
 wide warp and BN 256, by default, so each fragment read from shared memory feeds twice the MMAs it did at
 4; one block an SM at BM 128, whose warps then hold 128 accumulators a thread).
 Pure string building.
@@ -434,7 +438,14 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
 
 _TO_CHANNELS_LAST = r"""
 /* The channels-last path's operands, rewritten into scratch before the conv: x (NB, CI, S) -> (NB, S,
-   CI) through a 32 x 33 tile (both sides' accesses coalesce), and the filters to (CO, taps, KF_CIG). */
+   CI) through a 32 x 33 tile (both sides' accesses coalesce), and the filters to (CO, taps, KF_CIG);
+   with one TF32 product each value rounded to TF32 on the way (KF_PREROUNDED: once, not at every
+   fragment read). */
+#if KF_PREROUNDED
+#define KF_STAGED(v) __uint_as_float(kf_round_tf32(v))
+#else
+#define KF_STAGED(v) (v)
+#endif
 __global__ void __launch_bounds__(256) kf_to_nhwc(const float* __restrict__ x, float* __restrict__ y, int CI,
                                                   int64_t S) {
   __shared__ float tile[32][33];
@@ -451,7 +462,7 @@ __global__ void __launch_bounds__(256) kf_to_nhwc(const float* __restrict__ x, f
   for (int r = threadIdx.y; r < 32; r += 8) {
     const int64_t s = s0 + r;
     const int c = c0 + threadIdx.x;
-    if (c < CI && s < S) y[s * CI + c] = tile[threadIdx.x][r];
+    if (c < CI && s < S) y[s * CI + c] = KF_STAGED(tile[threadIdx.x][r]);
   }
 }
 """
@@ -471,7 +482,7 @@ def _filters_kernel(plan: ConvPlan) -> str:
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += step) {{
     const int64_t ci = e % KF_CIG, t = e / KF_CIG % KF_TAPS, m = e / (KF_CIG * KF_TAPS) % M;
     const int64_t g = e / (KF_CIG * KF_TAPS * M);
-    f[e] = w[{src}];
+    f[e] = KF_STAGED(w[{src}]);
   }}
 }}
 """
@@ -563,6 +574,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     lines += [
         f"#define KF_TF32_TERMS {1 if variant.tf32 else 3}  /* TF32 products a term (1: cuDNN's) */",
         f"#define KF_NHWC {int(nhwc)}  /* the channels-last operand path */",
+        # both operands pass through the channels-last path's conversions, which round them once
+        f"#define KF_PREROUNDED {int(nhwc and variant.tf32)}",
         *_geometry_defines(plan),
     ]
     if phases.phased(plan):

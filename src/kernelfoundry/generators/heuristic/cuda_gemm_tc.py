@@ -47,14 +47,25 @@ static_assert(KF_WN == 4 || KF_WN == 8, "KF_WN must be 4 or 8");
 #define KF_TM (BM / 16)  /* accumulator rows a thread holds: BM / 32 m16 tiles x the row halves (g, g + 8) */
 #define KF_TN (2 * KF_WN)  /* accumulator columns: KF_WN n8 tiles x two adjacent columns (2 tig, 2 tig + 1) */
 #define KF_PAD 8  /* rows of 136 floats: a warp's fragment reads hit 32 distinct banks */
+#ifndef KF_PREROUNDED
+#define KF_PREROUNDED 0  /* 1: both operands were rounded to TF32 where the unit staged them */
+#endif
+static_assert(!KF_PREROUNDED || KF_TF32_TERMS == 1, "pre-rounded operands have no small part");
+
+/* x rounded to TF32: the tensor cores ignore a TF32 operand's 13 low bits, so half a TF32 unit added
+   to the bits rounds it to nearest, ties away from zero (cvt.rna.tf32's rounding) at the integer
+   adder's full rate (cvt runs at a quarter of it); the low bits cleared. */
+__device__ __forceinline__ uint32_t kf_round_tf32(float x) {
+  return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
 
 /* x = big + small, both TF32 (round to nearest): big * big + big * small + small * big is x * y to
-   about float32 accuracy. The tensor cores ignore a TF32 operand's 13 low bits, so half a TF32 unit
-   added to the bits rounds it to nearest, ties away from zero (cvt.rna.tf32's rounding) at the integer
-   adder's full rate (cvt runs at a quarter of it, and this runs at every fragment read); big has its
-   low bits cleared, as the rest is taken from it exactly. */
+   about float32 accuracy; the rest is taken from big exactly. This runs at every fragment read: with
+   KF_PREROUNDED (one TF32 product) the operands already are TF32 and big is x itself, two integer
+   operations a fragment register fewer (a third of the conv's instructions were these, besides the
+   MMAs, on the H100). */
 __device__ __forceinline__ void kf_split_tf32(float x, uint32_t& big, uint32_t& small) {
-  big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  big = KF_PREROUNDED ? __float_as_uint(x) : kf_round_tf32(x);
   small = __float_as_uint(x - __uint_as_float(big)) + 0x1000u;
 }
 
