@@ -20,7 +20,8 @@
 #   ncu-kernels Nsight Compute (--set full, clocks left alone) over one launch per KF_NCU_KERNELS pattern
 #              (kernel-name regexes, default kf_conv: the candidate's; after KF_NCU_SKIP (2) matching launches)
 #              in the probe-kernels run of KF_NCU_TASK's first candidate: $OUT/ncu_<n>.ncu-rep and a text
-#              page of its details each, to name what limits a kernel before changing it
+#              page of its details and its stall reasons (csv) each, to name what limits a kernel before
+#              changing it
 #   kb:K/N     bench/kernelbench.py run on the K-th of N chunks of the 176 tasks (results appended)
 #   kbs:K/N    the same on a spread sample: every N-th task from the K-th (both levels)
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
@@ -95,6 +96,10 @@ for rung in LADDER:
           ${KF_NCU_TASK:-level1/56_conv_standard_2D__asymmetric_input__asymmetric_kernel} 2>&1 | tee -a "$out/ncu.txt"
         [[ -f "$out/ncu_$n.ncu-rep" ]] && "$ncu_bin" --import "$out/ncu_$n.ncu-rep" --page details \
           > "$out/ncu_${n}_details.txt" 2>&1
+        # where the warps wait: each stall reason's warps per issued instruction
+        [[ -f "$out/ncu_$n.ncu-rep" ]] && "$ncu_bin" --import "$out/ncu_$n.ncu-rep" --page raw --csv \
+          --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+          > "$out/ncu_${n}_stalls.csv" 2>&1
       done
       ;;
     kb:* | kbs:*)
