@@ -330,17 +330,23 @@ def test_without_sweeps_no_sweep_points_are_made(tmp_path: Path) -> None:
     assert not [c for c in compile_requests(nxt) if "-s" in c.message.candidate_id]
 
 
-def test_an_evaluation_budget_is_a_hard_cap_on_requests_and_sweep_points(tmp_path: Path) -> None:
+def start_with_evaluations(tmp_path: Path, evaluations: int, population: int):  # type: ignore[no-untyped-def]
+    """A run with sweeps on under an evaluation budget; returns the coordinator and its seed request."""
     from dataclasses import replace
 
     from kernelfoundry.tasks.model import Budget
 
     runs = RunCoordinator(tmp_path, clock=Clock())
     config = run_pb2.RunConfig(
-        hardware="cpu.x86_64", generator="heuristic", iterations=10, population=4, sweeps=True
+        hardware="cpu.x86_64", generator="heuristic", iterations=10, population=population, sweeps=True
     )
-    task = replace(TASK, budget=Budget(iterations=10, evaluations=3))
+    task = replace(TASK, budget=Budget(iterations=10, evaluations=evaluations))
     (request,) = requests(runs.start_run("run-1", task, config, "cpu.x86_64", 1))
+    return runs, request
+
+
+def test_an_evaluation_budget_is_a_hard_cap_on_requests_and_sweep_points(tmp_path: Path) -> None:
+    runs, request = start_with_evaluations(tmp_path, evaluations=3, population=4)
     assert request.count == 3  # a population of 4, but 3 evaluations left
     runs.on_generated(generated(request, tunable_kernel(1), tunable_kernel(2), tunable_kernel(3)))
     emitted = []
@@ -353,16 +359,7 @@ def test_an_evaluation_budget_is_a_hard_cap_on_requests_and_sweep_points(tmp_pat
 
 
 def test_after_a_generation_with_nothing_new_the_sweeps_take_the_budget_first(tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    from kernelfoundry.tasks.model import Budget
-
-    runs = RunCoordinator(tmp_path, clock=Clock())
-    config = run_pb2.RunConfig(
-        hardware="cpu.x86_64", generator="heuristic", iterations=10, population=1, sweeps=True
-    )
-    task = replace(TASK, budget=Budget(iterations=10, evaluations=2))
-    (seed,) = requests(runs.start_run("run-1", task, config, "cpu.x86_64", 1))
+    runs, seed = start_with_evaluations(tmp_path, evaluations=2, population=1)
     runs.on_generated(generated(seed, tunable_kernel(1)))
     emitted = runs.on_evaluated(evaluated(f"{seed.request_id}-c0", 2.0))
     # the last evaluation goes to the generator first; it brings only the kernel already evaluated
