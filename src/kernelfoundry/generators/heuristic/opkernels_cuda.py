@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
 
@@ -342,37 +343,81 @@ def _lanes(statement: str) -> str:
     return " ".join(re.sub(r"\b(acc|v)\b", rf"\1.{lane}", statement) for lane in "xyzw")
 
 
-def _pool(k: OpKernel, e: str) -> tuple[str, str]:
+@dataclass(frozen=True)
+class _PoolText:
+    """The code every kernel of one pooling window shares: the window (baked), the neutral value, how a
+    value `v` enters `acc`, the count of a valid tap (an average over valid taps) and the division."""
+
+    window: tuple[int, int, int]
+    stride: tuple[int, int, int]
+    padding: tuple[int, int, int]
+    dilation: tuple[int, int, int]
+    neutral: str
+    combine: str
+    count: str
+    finish: str
+    geometry: str
+
+
+def _pool_text(k: OpKernel) -> _PoolText:
+    """The shared pieces of a max or an average (its divisor: given, the padded window's, or the count
+    of its valid taps)."""
     p = k.params
     kd, kh, kw = p["window"]
     sd, sh, sw = p["stride"]
     pd, ph, pw = p["padding"]
     dd, dh, dw = p["dilation"]
-    is_max = bool(p["max"])
-    neutral = "-INFINITY" if is_max else "0.0f"
+    shape = (p["window"], p["stride"], p["padding"], p["dilation"])
     geometry = (
         f"Window {kd}x{kh}x{kw}, stride {sd}x{sh}x{sw}, padding {pd}x{ph}x{pw}, dilation {dd}x{dh}x{dw}:"
         " baked, the loops unroll."
     )
-    if is_max:
-        combine = "acc = (v > acc || v != v) ? v : acc;"
-        count = ""
-        finish = ""
+    if p["max"]:
+        return _PoolText(*shape, "-INFINITY", "acc = (v > acc || v != v) ? v : acc;", "", "", geometry)
+    if p.get("divisor"):
+        div = f"{float(p['divisor'])!r}f"
+    elif p.get("include_pad", 1):
+        # PyTorch: the window clipped to the padded input, before clipping to the input
+        div = (
+            f"(float)((min(d0 + {kd}, ID + {pd}) - d0) * (min(h0 + {kh}, IH + {ph}) - h0)"
+            f" * (min(w0 + {kw}, IW + {pw}) - w0))"
+        )
     else:
-        if p.get("divisor"):
-            div = f"{float(p['divisor'])!r}f"
-        elif p.get("include_pad", 1):
-            # PyTorch: the window clipped to the padded input, before clipping to the input
-            div = (
-                f"(float)((min(d0 + {kd}, ID + {pd}) - d0) * (min(h0 + {kh}, IH + {ph}) - h0)"
-                f" * (min(w0 + {kw}, IW + {pw}) - w0))"
-            )
-        else:
-            div = "(float)(cnt > 0 ? cnt : 1)"
-        combine = "acc += v;"
-        count = " ++cnt;"
-        finish = f"\n    acc = acc / {div};"
-    separable = pool_separable(k)
+        div = "(float)(cnt > 0 ? cnt : 1)"
+    return _PoolText(*shape, "0.0f", "acc += v;", " ++cnt;", f"\n    acc = acc / {div};", geometry)
+
+
+def _counts_valid_taps(k: OpKernel) -> bool:
+    """An average over the window's valid taps only (no divisor given, the padding excluded)."""
+    p = k.params
+    return not p["max"] and not p.get("divisor") and not p.get("include_pad", 1)
+
+
+def _pool(k: OpKernel, e: str) -> tuple[str, str]:
+    """The pooling unit: a thread per output always, and beside it the row-vector kernel and the
+    separable tiles where the window suits them; the launch chooses at run time."""
+    t = _pool_text(k)
+    kernels = _pool_per_output(k, e, t)
+    vectorised, separable = pool_vectorised(k), pool_separable(k)
+    if vectorised:
+        kernels += _pool_row_vector(k, e, t)
+    if separable:
+        kernels += _pool_tiles(k, e, t)
+    tiled = pool_tiled_tunable(k, e)
+    if tiled:
+        kernels = (
+            f"// @kf.tunable {tiled} in [1, 0] default 1\n#ifndef {tiled}\n#define {tiled} 1\n#endif\n"
+            + kernels
+        )
+    return kernels, _pool_launch(k, e, tiled, separable, vectorised)
+
+
+def _pool_per_output(k: OpKernel, e: str, t: _PoolText) -> str:
+    """One thread per output: every window, any geometry."""
+    kw = t.window[2]
+    sd, sh, sw = t.stride
+    pd, ph, pw = t.padding
+    dw = t.dilation[2]
     pool_row = f"""
         const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
         #pragma unroll
@@ -380,12 +425,12 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str]:
           const int w = w0 + c * {dw};
           if (w < 0 || w >= IW) continue;
           const float v = __ldg(xr + w);
-          {combine}{count}
+          {t.combine}{t.count}
         }}"""
-    kernels = f"""/* One thread per output, outputs numbered in memory order (n, c, d, h, w): consecutive
+    return f"""/* One thread per output, outputs numbered in memory order (n, c, d, h, w): consecutive
    lanes take consecutive outputs, so every lane works however short the output rows are (a block per
    row left 21 of 32 lanes idle on an 11-wide output), neighbouring lanes read neighbouring windows and
-   the grid strides over everything. I: int when the indices fit 32 bits, else int64_t. {geometry} */
+   the grid strides over everything. I: int when the indices fit 32 bits, else int64_t. {t.geometry} */
 template <typename I>
 __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
   const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
@@ -396,28 +441,35 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
     const int64_t nc = (int64_t)(row / (OH * OD));
     const float* __restrict__ xc = p.x + nc * ID * IH * (int64_t)IW;
     const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, w0 = ow * {sw} - {pw};
-    float acc = {neutral};
+    float acc = {t.neutral};
     int cnt = 0;
     (void)cnt;
-{_window_rows(k, pool_row, "    ")}{finish}
+{_window_rows(k, pool_row, "    ")}{t.finish}
     p.o[t] = acc;
   }}
 }}"""
-    vectorised = pool_vectorised(k)
-    if vectorised:
-        loads, lead, v_out = _vpool_loads(k), (-pw) % 4, VPOOL_OUTPUTS
-        if is_max or p.get("divisor") or p.get("include_pad", 1):
-            counting, count_out = "", ""
-        else:
-            counting = " ++rows_in;"
-            count_out = f"""
+
+
+def _pool_row_vector(k: OpKernel, e: str, t: _PoolText) -> str:
+    """`_vpool`: four consecutive outputs a thread from whole float4 window rows."""
+    neutral = t.neutral
+    kw = t.window[2]
+    sd, sh, sw = t.stride
+    pd, ph, pw = t.padding
+    dw = t.dilation[2]
+    loads, lead, v_out = _vpool_loads(k), (-pw) % 4, VPOOL_OUTPUTS
+    if not _counts_valid_taps(k):
+        counting, count_out = "", ""
+    else:
+        counting = " ++rows_in;"
+        count_out = f"""
       int cnt = 0;
       #pragma unroll
       for (int c = 0; c < {kw}; ++c) {{
         const int w = w0 + c * {dw};
         cnt += (w >= 0 && w < IW) ? rows_in : 0;
       }}"""
-        vpool_row = f"""
+    vpool_row = f"""
         const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
         float r[{loads * 4}];
         #pragma unroll
@@ -433,18 +485,18 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
           #pragma unroll
           for (int c = 0; c < {kw}; ++c) {{
             const float v = r[{lead} + o * {sw} + c * {dw}];
-            {combine}
+            {t.combine}
           }}
           out[o] = acc;
         }}"""
-        kernels += f"""
+    return f"""
 
 /* Row-vector pooling: a thread takes {v_out} consecutive outputs of one output row and reads each window
    row they span as {loads} whole float4s from the aligned group before their first column (their
    columns overlap: {loads * 4} floats a window row where {v_out} threads per output read {v_out * kw}
    floats one at a time), the index arithmetic done once for the four. Rows of a multiple of 4
    columns from a 16-byte aligned input only: a group then lies wholly inside the row or wholly in its
-   padding (the pool's neutral value). {geometry} */
+   padding (the pool's neutral value). {t.geometry} */
 template <typename I>
 __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
   const int ID = (int)p.in[0], IH = (int)p.in[1], IW = (int)p.in[2];
@@ -459,7 +511,7 @@ __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
     const int d0 = od * {sd} - {pd}, h0 = oh * {sh} - {ph}, a0 = ow0 * {sw} - {pw} - {lead};
     float out[{v_out}];
     #pragma unroll
-    for (int o = 0; o < {v_out}; ++o) out[o] = {neutral};
+    for (int o = 0; o < {v_out}; ++o) out[o] = {t.neutral};
     int rows_in = 0;
     (void)rows_in;
 {_window_rows(k, vpool_row, "    ", counting)}
@@ -468,25 +520,33 @@ __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
       const int ow = ow0 + o, w0 = ow * {sw} - {pw};
       if (ow >= OW) break;
       (void)w0;
-      float acc = out[o];{count_out}{finish.replace(chr(10) + "    ", chr(10) + "      ")}
+      float acc = out[o];{count_out}{t.finish.replace(chr(10) + "    ", chr(10) + "      ")}
       p.o[(int64_t)row * OW + ow] = acc;
     }}
   }}
 }}"""
-    if separable:
-        tw, span = _pool_tile(k)
-        ext = (kw - 1) * dw + 1
-        columns = _pool_columns(k, span)
-        groups = _pool_groups(k, span)
-        plural = "s" if columns > 1 else ""
-        gplural = "s" if groups > 1 else ""
-        group_row = f"""
+
+
+def _pool_tiles(k: OpKernel, e: str, t: _PoolText) -> str:
+    """`_spool`: a large window's separable tiles (its columns combined over the (d, h) taps into
+    shared memory, then each output over the width)."""
+    kd, kh, kw = t.window
+    sd, sh, sw = t.stride
+    pd, ph, pw = t.padding
+    dd, dh, dw = t.dilation
+    tw, span = _pool_tile(k)
+    ext = (kw - 1) * dw + 1
+    columns = _pool_columns(k, span)
+    groups = _pool_groups(k, span)
+    plural = "s" if columns > 1 else ""
+    gplural = "s" if groups > 1 else ""
+    group_row = f"""
             const float4 v = __ldg(reinterpret_cast<const float4*>(xc + ((int64_t)d * IH + h) * IW + w));
-            {_lanes(combine)}"""
-        column_row = f"""
+            {_lanes(t.combine)}"""
+    column_row = f"""
             const float v = __ldg(xc + ((int64_t)d * IH + h) * IW + w);
-            {combine}"""
-        kernels += f"""
+            {t.combine}"""
+    kernels = f"""
 
 /* Separable pooling of a large window: a block takes up to {tw} outputs of one output row (n, c, d, h).
    Its threads first combine every input column of the tile's span over the window's {kd}x{kh} (d, h)
@@ -495,7 +555,7 @@ __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
    lanes sat {4 * sw} bytes apart. Rows of a multiple of 4 columns from a 16-byte aligned input are read
    a float4 at a time: the span's aligned groups of four columns (a quarter of the load instructions;
    a group lies wholly inside the row or wholly in its padding), shared memory holding the columns from
-   the group before the span's first, `sh` columns ahead of it. {geometry} */
+   the group before the span's first, `sh` columns ahead of it. {t.geometry} */
 __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, int64_t tiles) {{
   __shared__ __align__(16) float colv[{span + 8}];
   /* the tile's place (row, first output, h, d, n*c), worked out by one thread: 64-bit divisions are
@@ -531,7 +591,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
         #pragma unroll
         for (int u = 0; u < {groups}; ++u) {{
           const int g = g0 + u * (int)blockDim.x, w = a0 + 4 * g;
-          float4 acc = make_float4({neutral}, {neutral}, {neutral}, {neutral});
+          float4 acc = make_float4({t.neutral}, {t.neutral}, {t.neutral}, {t.neutral});
           if (g < ng && w >= 0 && w < IW) {{
 {_window_rows(k, group_row, "            ")}
           }}
@@ -551,7 +611,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
       #pragma unroll
       for (int u = 0; u < {columns}; ++u) {{
         const int j = j0 + u * (int)blockDim.x, w = wb + j;
-        float acc = {neutral};
+        float acc = {t.neutral};
         if (j < span && w >= 0 && w < IW) {{
 {_window_rows(k, column_row, "          ")}
         }}
@@ -566,7 +626,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
     __syncthreads();
     for (int q = threadIdx.x; q < n; q += blockDim.x) {{
       const int ow = ow0 + q, w0 = ow * {sw} - {pw};
-      float acc = {neutral};
+      float acc = {t.neutral};
       int cnt = 0;
       (void)cnt;
       #pragma unroll
@@ -574,11 +634,11 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
         const int w = w0 + c * {dw};
         if (w < 0 || w >= IW) continue;
         const float v = colv[sh + q * {sw} + c * {dw}];
-        {combine}{count}
+        {t.combine}{t.count}
       }}"""
-        if not is_max and not p.get("divisor") and not p.get("include_pad", 1):
-            # the window's valid taps: valid (d, h) pairs times valid columns
-            kernels += f"""
+    if _counts_valid_taps(k):
+        # the window's valid taps: valid (d, h) pairs times valid columns
+        kernels += f"""
       int rows_in = 0;
       #pragma unroll
       for (int a = 0; a < {kd}; ++a) {{
@@ -590,18 +650,19 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
         }}
       }}
       cnt *= rows_in;"""
-        kernels += f"""{finish.replace(chr(10) + "    ", chr(10) + "      ")}
+    kernels += f"""{t.finish.replace(chr(10) + "    ", chr(10) + "      ")}
       p.o[row * OW + ow] = acc;
     }}
     __syncthreads();
   }}
 }}"""
-    tiled = pool_tiled_tunable(k, e)
-    if tiled:
-        kernels = (
-            f"// @kf.tunable {tiled} in [1, 0] default 1\n#ifndef {tiled}\n#define {tiled} 1\n#endif\n"
-            + kernels
-        )
+    return kernels
+
+
+def _pool_launch(k: OpKernel, e: str, tiled: str | None, separable: bool, vectorised: bool) -> str:
+    """The entry's launches: the tiles (where the tunable keeps them), else the row-vector kernel
+    (rows of a multiple of 4 columns from a 16-byte aligned input), else a thread per output."""
+    tw = _pool_tile(k)[0] if separable else 0
     launch = """  (void)cols;
   if (items <= 0 || p.out[2] <= 0) return KF_OK;
   cudaStream_t st = (cudaStream_t)stream;
@@ -633,7 +694,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
   if (total + (int64_t)grid * 256 < ((int64_t)1 << 31)) {e}_pool<int><<<grid, 256, 0, st>>>(p, (int)total);
   else {e}_pool<int64_t><<<grid, 256, 0, st>>>(p, total);
 {_CHECK}"""
-    return kernels, launch
+    return launch
 
 
 def _depthwise_tile(k: OpKernel) -> tuple[int, int, int, int, int]:
