@@ -33,9 +33,10 @@ channels-last path the one-product variant rounds both operands to TF32 in their
 cuDNN's instructions at the same rate (Nsight Compute), two integer operations a fragment register
 among them.
 Tunables: BM (32, 64 or 128 output channels a block: the default wastes no rows where a group has at
-most 32 or 64), BK (8, 16 or 32: the K slice a stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8 tiles a warp: 8, a 64-pixel-
-wide warp and BN 256, by default, so each fragment read from shared memory feeds twice the MMAs it did at
-4; one block an SM at BM 128, whose warps then hold 128 accumulators a thread).
+most 32 or 64), BK (8, 16 or 32: the K slice a stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8
+tiles a warp: 8, a 64-pixel-wide warp and BN 256, by default, so each fragment read from shared memory
+feeds twice the MMAs it did at 4; one block an SM at BM 128, whose warps then hold 128 accumulators a
+thread).
 Pure string building.
 """
 
