@@ -187,7 +187,7 @@ def test_the_channels_last_path_copies_16_byte_runs_of_one_tap() -> None:
     assert "#define KF_B_FRAG(k, c) Bs[cur][c][k]" in code
     # the input's NHWC copy and the filters' (CO, taps, channel) copy, in scratch freed after the conv
     assert "kf_to_nhwc<<<tgrid, dim3(32, 8), 0, st>>>(X, xin, (int)CI, S);" in code
-    assert "f[e] = w[((g * M + m) * KF_CIG + ci) * KF_TAPS + t];" in code
+    assert "f[e] = KF_STAGED(w[((g * M + m) * KF_CIG + ci) * KF_TAPS + t]);" in code
     assert "const int a_vec = 1;" in code
     assert "cudaFreeAsync(xin, st);" in code and "cudaFreeAsync(fil, st);" in code
 
@@ -196,7 +196,7 @@ def test_a_transposed_conv_through_channels_last_reads_its_filters_by_input_chan
     module = "nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)"
     code = family(conv_task(module, "1, 8, 5, 7"), True)[0].source.code
     assert "#define KF_CIG 4" in code and "#define KF_GROUPS 2" in code
-    assert "f[e] = w[((g * KF_CIG + ci) * M + m) * KF_TAPS + t];" in code  # (CI, CO / G, taps)
+    assert "f[e] = KF_STAGED(w[((g * KF_CIG + ci) * M + m) * KF_TAPS + t]);" in code  # (CI, CO / G, taps)
     # phased: a k run of 4 channels at the phase's tap, read at the filter's own tap of its rewritten row
     assert "const int4 tap = kf_tab[t < taps ? t : 0];" in code
     assert (
