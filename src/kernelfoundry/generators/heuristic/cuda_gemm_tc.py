@@ -62,8 +62,7 @@ __device__ __forceinline__ uint32_t kf_round_tf32(float x) {
 /* x = big + small, both TF32 (round to nearest): big * big + big * small + small * big is x * y to
    about float32 accuracy; the rest is taken from big exactly. This runs at every fragment read: with
    KF_PREROUNDED (one TF32 product) the operands already are TF32 and big is x itself, two integer
-   operations a fragment register fewer (a third of the conv's instructions were these, besides the
-   MMAs, on the H100). */
+   operations a fragment register fewer (16% of level1/56's conv instructions on the H100). */
 __device__ __forceinline__ void kf_split_tf32(float x, uint32_t& big, uint32_t& small) {
   big = KF_PREROUNDED ? __float_as_uint(x) : kf_round_tf32(x);
   small = __float_as_uint(x - __uint_as_float(big)) + 0x1000u;
