@@ -40,6 +40,21 @@ def test_conv_units_match_torch_under_emulation(name: str, tf32: bool, tmp_path:
         )
 
 
+@pytest.mark.parametrize("params", [{"BK": 16}, {"BK": 32, "BM": 128}, {"BK": 16, "KF_WIDE_FRAGS": 0}])
+def test_the_channels_last_one_product_conv_pairs_its_16_byte_fragments(
+    params: dict, tmp_path: Path
+) -> None:
+    """TC_STEP_K16 reads a thread's k slots 4 tig .. 4 tig + 3 of an A row and a B row at once and feeds
+    them to two k8 MMAs: A's and B's slots must pair (a slot of one against another's would sum wrong
+    products), the unpadded stage rows stay 16-byte aligned (the emulation checks every float4 access)
+    and a K that ends inside a k16 reads the zeros past it. Against the 4-byte reads of KF_WIDE_FRAGS 0."""
+    import torch
+
+    t = conv_task("2d_grouped_vec", True)  # K = 36 a group: two k16 and four k past them
+    got, expected = emulated_output(t, with_params(conv_source(t, True, True), params), tmp_path)
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)
+
+
 OFF_GRID = 1 + 2**-11 + 2**-13  # TF32 keeps 10 mantissa bits: nearest is 1 + 2^-10, truncation 1
 
 

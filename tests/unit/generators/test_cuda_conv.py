@@ -192,6 +192,20 @@ def test_the_channels_last_path_copies_16_byte_runs_of_one_tap() -> None:
     assert "cudaFreeAsync(xin, st);" in code and "cudaFreeAsync(fil, st);" in code
 
 
+def test_only_the_channels_last_one_product_unit_reads_its_fragments_16_bytes_wide() -> None:
+    t = conv_task("nn.Conv2d(8, 16, 3, padding=1)", "2, 8, 13, 11")
+    wide = "// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 1"
+    for c in seeds(t):
+        v = parse_variant(c.source.code)
+        if v is None or not v.gemm:
+            continue
+        assert (wide in c.source.code) == (v.channels_last and v.tf32), v
+        # where the tunable is absent the width follows from the unit (NCHW or 3xTF32: 4 bytes)
+        assert "#define KF_FRAG16 (KF_WIDE_FRAGS && KF_NHWC && KF_TF32_TERMS == 1 && BK % 16 == 0)" in (
+            c.source.code
+        )
+
+
 def test_a_transposed_conv_through_channels_last_reads_its_filters_by_input_channel() -> None:
     module = "nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2)"
     code = family(conv_task(module, "1, 8, 5, 7"), True)[0].source.code

@@ -36,7 +36,8 @@ Tunables: BM (32, 64 or 128 output channels a block: the default wastes no rows 
 most 32 or 64), BK (8, 16 or 32: the K slice a stage), KF_STAGES (2 to 4), KF_MIN_BLOCKS, KF_WN (n8
 tiles a warp: 8, a 64-pixel-wide warp and BN 256, by default, so each fragment read from shared memory
 feeds twice the MMAs it did at 4; one block an SM at BM 128, whose warps then hold 128 accumulators a
-thread).
+thread) and, on the channels-last path with one TF32 product, KF_WIDE_FRAGS (1: a thread reads its
+fragments of a k16 16 bytes at a time, TC_STEP_K16, its stage rows unpadded; 0: 4 bytes at a time).
 Pure string building.
 """
 
@@ -46,7 +47,7 @@ from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda import ALLOC
 from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
-from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS, TC_STEP
+from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS, TC_STEP, TC_STEP_K16
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -274,10 +275,21 @@ static_assert(KF_STAGES >= 2 && KF_STAGES <= 4, "KF_STAGES must be 2, 3 or 4");
 """
     + TC_HELPERS
     + r"""
+/* 16-byte fragment reads (TC_STEP_K16) where both operands' rows are k-contiguous and multiplied once
+   (KF_WIDE_FRAGS 0: the 4-byte reads of TC_STEP everywhere) */
+#ifndef KF_WIDE_FRAGS
+#define KF_WIDE_FRAGS 1
+#endif
+#define KF_FRAG16 (KF_WIDE_FRAGS && KF_NHWC && KF_TF32_TERMS == 1 && BK % 16 == 0)
+#if KF_FRAG16
+/* As rows (k-contiguous, 16-byte aligned): two rows a quarter warp's LDS.128 reads cover 32 banks */
+#define KF_AS_LD (BK % 32 == 0 ? BK + 16 : BK)
+#else
 #define KF_AS_LD (BK + 4)  /* As rows (k-contiguous, 16-byte aligned): a warp's fragment reads hit 32 banks */
+#endif
 #if KF_NHWC
 #define KF_BS_ROWS BN  /* Bs rows of a pixel's k slice (k-contiguous, as As's) */
-#define KF_BS_LD (BK + 4)
+#define KF_BS_LD KF_AS_LD
 #else
 #define KF_BS_ROWS BK  /* Bs rows of 136 pixels a k: likewise */
 #define KF_BS_LD (BN + KF_PAD)
@@ -354,9 +366,13 @@ _MAIN_LOOP = (
     }
     asm volatile("cp.async.commit_group;");  /* an empty group past the end keeps the count */
     const int cur = s % KF_STAGES;
+#if KF_FRAG16
 """
+    + TC_STEP_K16
+    + "#else\n"
     + TC_STEP
-    + r"""  }
+    + r"""#endif
+  }
 """
 )
 
@@ -560,15 +576,18 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     # (128 accumulators a thread), and at BM 64 for 3xTF32's split fragments, they need the registers of
     # one block an SM (at two, 128 registers a thread, nvcc spilled 28-68 bytes)
     wn, blocks = 8, 2 if bm == 32 or (bm == 64 and variant.tf32) else 1
-    tunables = (
+    tunables = [
         f"// @kf.tunable BM in [32, 64, 128] default {bm}",
         "// @kf.tunable BK in [8, 16, 32] default 16",
         "// @kf.tunable KF_STAGES in [2, 3, 4] default 3",
         f"// @kf.tunable KF_MIN_BLOCKS in [1, 2] default {blocks}",
         f"// @kf.tunable KF_WN in [4, 8] default {wn}",
-    )
-    lines = [*header, variant.line(), *tunables]
+    ]
     defaults = {"BM": bm, "BK": 16, "KF_STAGES": 3, "KF_MIN_BLOCKS": blocks, "KF_WN": wn}
+    if nhwc and variant.tf32:  # the fragment reads' width, where 16 bytes apply (BK 16 or 32)
+        tunables.append("// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 1")
+        defaults["KF_WIDE_FRAGS"] = 1
+    lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
     lines += ["#include <cuda_runtime.h>", PRELUDE, "", "KF_DEFINE_ABI_VERSION()"]
