@@ -173,6 +173,8 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     units += [with_params(source, combo) for combo in COMBOS]
     runs = conv_source(conv_task("2d_runs", True), True, channels_last=True)
     units += [with_params(runs, combo) for combo in COMBOS]
+    # its 16-byte fragment reads (TC_STEP_K16) at every BK of 16 or more
+    units += [with_params(runs, {**combo, "KF_WIDE_FRAGS": 1}) for combo in COMBOS if combo["BK"] >= 16]
     # phased (a strided transposed conv): its tap table in shared memory beside the deepest stages
     phased = conv_source(conv_task("t3d_runs", False), False, channels_last=True)
     units += [with_params(phased, combo) for combo in COMBOS if combo["KF_STAGES"] == 4]

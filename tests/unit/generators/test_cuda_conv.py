@@ -194,7 +194,7 @@ def test_the_channels_last_path_copies_16_byte_runs_of_one_tap() -> None:
 
 def test_only_the_channels_last_one_product_unit_reads_its_fragments_16_bytes_wide() -> None:
     t = conv_task("nn.Conv2d(8, 16, 3, padding=1)", "2, 8, 13, 11")
-    wide = "// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 1"
+    wide = "// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 0"
     for c in seeds(t):
         v = parse_variant(c.source.code)
         if v is None or not v.gemm:

@@ -37,7 +37,8 @@ most 32 or 64), BK (8, 16 or 32: the K slice a stage), KF_STAGES (2 to 4), KF_MI
 tiles a warp: 8, a 64-pixel-wide warp and BN 256, by default, so each fragment read from shared memory
 feeds twice the MMAs it did at 4; one block an SM at BM 128, whose warps then hold 128 accumulators a
 thread) and, on the channels-last path with one TF32 product, KF_WIDE_FRAGS (1: a thread reads its
-fragments of a k16 16 bytes at a time, TC_STEP_K16, its stage rows unpadded; 0: 4 bytes at a time).
+fragments of a k16 16 bytes at a time, TC_STEP_K16, its stage rows unpadded; 0, the default: 4 bytes at
+a time, which measured faster on 8 of 10 level-1 convs on the H100).
 Pure string building.
 """
 
@@ -276,9 +277,9 @@ static_assert(KF_STAGES >= 2 && KF_STAGES <= 4, "KF_STAGES must be 2, 3 or 4");
     + TC_HELPERS
     + r"""
 /* 16-byte fragment reads (TC_STEP_K16) where both operands' rows are k-contiguous and multiplied once
-   (KF_WIDE_FRAGS 0: the 4-byte reads of TC_STEP everywhere) */
+   (KF_WIDE_FRAGS 1; by default the 4-byte reads of TC_STEP everywhere) */
 #ifndef KF_WIDE_FRAGS
-#define KF_WIDE_FRAGS 1
+#define KF_WIDE_FRAGS 0
 #endif
 #define KF_FRAG16 (KF_WIDE_FRAGS && KF_NHWC && KF_TF32_TERMS == 1 && BK % 16 == 0)
 #if KF_FRAG16
@@ -584,9 +585,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         f"// @kf.tunable KF_WN in [4, 8] default {wn}",
     ]
     defaults = {"BM": bm, "BK": 16, "KF_STAGES": 3, "KF_MIN_BLOCKS": blocks, "KF_WN": wn}
-    if nhwc and variant.tf32:  # the fragment reads' width, where 16 bytes apply (BK 16 or 32)
-        tunables.append("// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 1")
-        defaults["KF_WIDE_FRAGS"] = 1
+    if nhwc and variant.tf32:  # the fragment reads' width, where 16 bytes apply (BK 16 or 32): swept
+        tunables.append("// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 0")
+        defaults["KF_WIDE_FRAGS"] = 0
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]

@@ -173,7 +173,10 @@ r) and KF_B_FRAG(k, c) adjacent in k, 16-byte aligned at every fourth k): each k
 steps whose fragments take the slots 4 tig .. 4 tig + 3 of a row, one LDS.128 where TC_STEP issues four
 LDS.32. Which k a slot holds does not matter: A's and B's slots pair the same way, so the sum over the
 16 is the same products. On the H100, level1/56's conv stalled on the full shared-memory instruction
-queue (mio_throttle) 1.05 cycles an issue, cuDNN's kernel 0.07 (Nsight Compute)."""
+queue (mio_throttle) 1.05 cycles an issue, cuDNN's kernel 0.07 (Nsight Compute); with this step 0.23, but
+its warps then wait on the wide reads themselves (short_scoreboard 0.08 -> 0.71: at 234 registers there
+are none to load the next k16 ahead), and 8 of 10 level-1 convs ran 1-15% slower (71 and 78 4-7% faster):
+the conv family declares it a tunable, off by default."""
 
 TC_LOOP = (
     r"""
