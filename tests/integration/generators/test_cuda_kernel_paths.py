@@ -51,6 +51,20 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "x / torch.mean(torch.abs(x), dim=1, keepdim=True)",
         "torch.randn(6, 999)",
     ),
+    # rows long enough to be held on chip while they are reduced (cuda_onchip_rows.py): 16,384 elements
+    # in registers, the rest in shared memory; an odd row, and the longest row held
+    "l2_norm_rows_held_on_chip": (
+        "        pass",
+        "x",
+        "x / torch.norm(x, p=2, dim=1, keepdim=True)",
+        "torch.randn(3, 20001)",
+    ),
+    "l1_norm_longest_rows_held_on_chip": (
+        "        pass",
+        "x",
+        "x / torch.mean(torch.abs(x), dim=1, keepdim=True)",
+        "torch.randn(2, 16384 + 50176)",
+    ),
     # a reduction over rows and its broadcast consumer fused: block rows, warp rows, float4 or not
     "l1_norm_float4_long_rows": (
         "        pass",
@@ -400,6 +414,18 @@ def test_a_conv_pool_tail_is_one_pool_step_in_either_layout(case: str) -> None:
     assert "Pool step" in fused[0].code
     assert '"channels_last": true' in kernels[1].code and "_nhwc_pool<<<" in kernels[1].code
     assert "kf.launch('kf_part0_to_nhwc'" in kernels[1].glue
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "held_on_chip" in c])
+def test_a_long_row_and_its_consumer_are_read_once_where_the_row_fits_on_chip(case: str) -> None:
+    _, kernels = seeds(case)
+    # every seed that fuses the consumer into the reduction (not the atomic split rows)
+    fused = [k for k in kernels if "_frows<<<" in k.code]
+    assert len(fused) >= 3 and all("_fcrows<<<" in k.code for k in fused)
+    for k in fused:
+        # held while FUSED_ROWS_IN_REGISTERS (swept) and the row fits: else the kernel that re-reads it
+        assert "if (FUSED_ROWS_IN_REGISTERS && R >= 16384 && R <= 66560) {" in k.code
+        assert "kf_row[j - 16384] = kf_c;" in k.code
 
 
 @pytest.mark.parametrize("case", MIDDLE_SOFTMAX)

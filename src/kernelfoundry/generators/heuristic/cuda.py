@@ -20,6 +20,13 @@ from dataclasses import dataclass
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
 from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
 from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
+from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
+    ONCHIP_MAX_ROW,
+    ONCHIP_MIN_ROW,
+    ONCHIP_SMEM_FLOATS,
+    ONCHIP_THREADS,
+    OnChipRows,
+)
 from kernelfoundry.generators.heuristic.cuda_pools import PoolKernels
 from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
@@ -134,7 +141,7 @@ static float* kf_alloc(size_t bytes, cudaStream_t st) {
 """
 
 
-class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
+class CudaEmitter(RowKernels, ColumnKernels, PoolKernels, OnChipRows):
     def unit(self, parts: list[Part], header: list[str]) -> str:
         bodies: list[str] = []
         nhwc = channels_last_source(self.graph, parts, "cuda") if self.variant.channels_last else None
@@ -583,12 +590,17 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
         if vcols:
             k += self._vec_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
         fused_args = ""
+        onchip: list[str] = []
         if consumer is not None:
             for warp in (False, True) if warp_rows else (False,):
                 k += self._fused_rows_kernel(
                     kname, step, src, leaves, consumer, params, pre, loads, body, val, init, comb, code, op,
                     vec_paths, warp,
                 )  # fmt: skip
+            onchip = self._fused_rows_onchip(
+                kname, step, src, leaves, loads, consumer, params, pre, init, comb, code, op
+            )
+            k += onchip
             k += self._fused_cols_kernel(kname, step, consumer, params2, pre2, body2, val2, init, comb, scale)
             if vec_paths:
                 k += self._fused_cols_kernel4(
@@ -643,6 +655,21 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
                 fvarg = ", fvec"
             fargs = f"(outer, R{fvarg}, {ptr(step.out)}{a}{fused_args});"
             launch = f"      if (nb > 0) {kname}_frows<<<(unsigned)nb, ROW_BLOCK, 0, st>>>{fargs}"
+            if onchip:  # long rows held on chip while they are reduced: read once (cuda_onchip_rows.py)
+                smem = f"sizeof(float) * {ONCHIP_SMEM_FLOATS}"
+                out.append(
+                    f"      if (FUSED_ROWS_IN_REGISTERS && R >= {ONCHIP_MIN_ROW} && R <= {ONCHIP_MAX_ROW}) {{"
+                )
+                out.append(
+                    f"        cudaFuncSetAttribute({kname}_fcrows,"
+                    f" cudaFuncAttributeMaxDynamicSharedMemorySize, (int)({smem}));"
+                )
+                out.append(f"        const size_t kf_held = sizeof(float) * (size_t)(R - {ONCHIP_MIN_ROW});")
+                out.append(
+                    f"        if (nb > 0) {kname}_fcrows<<<(unsigned)nb, {ONCHIP_THREADS}, kf_held, st>>>"
+                    f"(outer, R, {ptr(step.out)}{a}{fused_args});"
+                )
+                out.append("      } else {")
             if warp_rows:
                 out.append("      if (R <= WARP_ROW_MAX) {")
                 out.append("        const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")
@@ -653,6 +680,8 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels):
                 out.append("      }")
             else:
                 out.append(launch)
+            if onchip:
+                out.append("      }")
         elif warp_rows:
             out.append("      if (R <= WARP_ROW_MAX) {")
             out.append("        const int64_t wb = (outer + 7) / 8;  /* 8 warps (rows) per block */")

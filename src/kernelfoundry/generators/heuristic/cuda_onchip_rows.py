@@ -1,0 +1,110 @@
+"""CUDA fused rows held on chip: a reduction over a long row and its broadcast consumer (x / mean(|x|),
+x / norm(x)) reading the row from DRAM once.
+
+The fused rows kernel of cuda.py reduces its row, then reads it again for the consumer: from L2 while
+the rows in flight fit it, from DRAM when they are long (level1/38_L1Norm_ and 39_L2Norm_: rows of 65,535
+floats at four blocks an SM; two reads and a write, 65% of the bandwidth floor on the H200). Here one
+block of 1024 threads holds its row while it reduces it: ONCHIP_PT elements a thread in registers, the
+rest in dynamic shared memory (each thread keeps its own elements, so no barrier guards them), so a row
+of up to ONCHIP_MAX_ROW elements is read once and written once. One block an SM: its loads stop while
+it reduces, which the other SMs' rows, at other phases, cover.
+
+Where it applies: the consumer reads one full operand, the one the reduction reads, at the same element
+(the usual norm); otherwise nothing is emitted. Switched by the unit's FUSED_ROWS_IN_REGISTERS tunable.
+Pure string building.
+"""
+
+from __future__ import annotations
+
+from kernelfoundry.generators.heuristic.cuda_base import EmitterBase
+from kernelfoundry.generators.heuristic.entry import ptr
+from kernelfoundry.generators.heuristic.graph import Ref
+from kernelfoundry.generators.heuristic.plan import Leaf, Step
+from kernelfoundry.generators.heuristic.stepexpr import emit
+
+ONCHIP_THREADS = 1024
+ONCHIP_PT = 16  # row elements a thread holds in registers (16 of the 64 a thread has at 1024 threads)
+ONCHIP_SMEM_FLOATS = 50176  # shared memory for the rest: 196 KB of the 227 KB a block may take
+ONCHIP_MIN_ROW = ONCHIP_THREADS * ONCHIP_PT  # shorter rows: the re-read hits cache (cuda.py's kernel)
+ONCHIP_MAX_ROW = ONCHIP_MIN_ROW + ONCHIP_SMEM_FLOATS
+CACHED = "kf_c"  # the held element, in place of the operand's load
+
+
+class OnChipRows(EmitterBase):
+    def _onchip_leaf(self, step: Step, leaves: list[Leaf], loads: dict, consumer: Step) -> Leaf | None:
+        """The operand both the reduction and its consumer read at the row's element `j`, when it is the
+        only one either reads by element (scalars aside); else None."""
+        g = self.graph
+        full = [leaf for leaf in consumer.prologue_leaves(g) if leaf.name != step.out]
+        full = [leaf for leaf in full if not self._is_scalar(leaf)]
+        mine = [leaf for leaf in leaves if not self._is_scalar(leaf)]
+        if len(full) != 1 or len(mine) != 1 or full[0].name != mine[0].name:
+            return None
+        if loads[mine[0]] != f"{ptr(mine[0].name)}[base + j]":
+            return None  # read through a broadcast map or by position: not the consumer's element
+        return mine[0]
+
+    def _fused_rows_onchip(
+        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], loads: dict, consumer: Step,
+        params: list[str], pre: list[str], init: str, comb: str, code: int, op: str,
+    ) -> list[str]:  # fmt: skip
+        """`{kname}_fcrows`: the kernel, or [] where it does not apply (`_onchip_leaf`)."""
+        g = self.graph
+        held = self._onchip_leaf(step, leaves, loads, consumer)
+        if held is None:
+            return []
+        cpre: list[str] = []
+        cloads: dict = {}
+        for n, leaf in enumerate(consumer.prologue_leaves(g)):
+            if leaf.name == step.out:
+                cloads[leaf] = "red"
+            elif self._is_scalar(leaf):
+                cpre.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
+                cloads[leaf] = f"pc{n}"
+            else:
+                cloads[leaf] = CACHED
+        rloads = {leaf: CACHED if leaf == held else expr for leaf, expr in loads.items()}
+        rbody, rval = emit(g, step, src, lambda leaf: rloads[leaf], indent="        ")
+        cbody, cval = emit(g, consumer, Ref(consumer.root.name), lambda leaf: cloads[leaf], indent="        ")
+        load = loads[held]
+        cout = ptr(consumer.out)
+        params_all = params + self._consumer_params(step, consumer)
+
+        def over_row(in_registers: list[str], in_shared: list[str], each: list[str]) -> list[str]:
+            """`each` for every element the thread holds, `CACHED` set by the first lines."""
+            k = ["    #pragma unroll", f"    for (int i = 0; i < {ONCHIP_PT}; ++i) {{"]
+            k.append(f"      const int64_t j = threadIdx.x + (int64_t)i * {ONCHIP_THREADS};")
+            k.append("      if (j < R) {")
+            k += ["        " + line for line in in_registers] + each
+            k += ["      }", "    }"]
+            k.append("    #pragma unroll 4")
+            k.append(f"    for (int64_t j = threadIdx.x + {ONCHIP_MIN_ROW}; j < R; j += {ONCHIP_THREADS}) {{")
+            k += ["      {", *["        " + line for line in in_shared], *each, "      }", "    }"]
+            return k
+
+        k = [f"__global__ void __launch_bounds__({ONCHIP_THREADS}, 1)"]
+        k.append(f"    {kname}_fcrows(int64_t outer, int64_t R,")
+        k.append("    float* __restrict__ out" + "".join(", " + p for p in params_all) + ") {")
+        k.append(f"  extern __shared__ float kf_row[];  /* the row's elements {ONCHIP_MIN_ROW} on */")
+        k.append(f"  __shared__ float kf_scratch[{ONCHIP_THREADS} + 33];")
+        k += pre + cpre
+        k.append("  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {")
+        k.append("    const int64_t base = o * R;")
+        k.append(f"    float kf_v[{ONCHIP_PT}];  /* the row's elements threadIdx.x + 1024 i */")
+        k.append(f"    float acc = {init};")
+        shared = f"kf_row[j - {ONCHIP_MIN_ROW}]"
+        k += over_row(
+            [f"kf_v[i] = {load};", f"const float {CACHED} = kf_v[i];"],
+            [f"const float {CACHED} = {load};", f"{shared} = {CACHED};"],
+            [*rbody, f"        acc = {comb}(acc, {rval});"],
+        )
+        k.append(f"    acc = {self._reduce_call(code, 'acc')};")
+        k.append(f"    const float red = acc{' / (float)R' if op == 'mean' else ''};")
+        k.append("    if (threadIdx.x == 0) out[o] = red;")
+        k += over_row(
+            [f"const float {CACHED} = kf_v[i];"],
+            [f"const float {CACHED} = {shared};"],
+            [*cbody, f"        {cout}[base + j] = {cval};"],
+        )
+        k += ["  }", "}"]
+        return k
