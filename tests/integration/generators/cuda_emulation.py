@@ -5,7 +5,10 @@ The unit's `name<<<grid, block, smem, stream>>>(args)` launches become calls of 
 small `cuda_runtime.h` stands in for CUDA's: each block's threads are OS threads that run the kernel
 body one block after another, `__syncthreads` is a barrier of the block's threads, `__shared__`
 variables are statics (one block runs at a time) and the dynamic `extern __shared__` array a buffer of
-the launch's size, warp shuffles exchange values through per-warp slots between two barriers of the
+the launch's size (a block's own). `cudaLaunchKernelEx` with a cluster dimension runs a cluster's blocks
+at once, each with its own threads, barriers and dynamic array; `cooperative_groups::this_cluster()`
+gives the cluster's barrier and `map_shared_rank` (into another block's dynamic array: a cluster
+kernel keeps its shared data there, its statics being one for all the cluster's blocks here), warp shuffles exchange values through per-warp slots between two barriers of the
 warp, `__ldg` of a float4 and every access through a pointer cast to float4 / float2 check their
 alignment. The inline PTX the GEMM and conv families issue
 is rewritten into calls of its emulation (`emulate_ptx`): `cvt.rna.tf32.f32` rounds to TF32 (nearest,
@@ -106,18 +109,29 @@ inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 template <class A, class B> inline auto min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) -> decltype(a + b) { return a > b ? a : b; }
-inline std::barrier<>* emu_block_bar;
-inline std::vector<std::unique_ptr<std::barrier<>>> emu_warp_bar;
-inline uint64_t emu_slots[1024];
+/* a thread's block: its barrier, its warps' barriers, its rank in its cluster (0 outside clusters) */
+struct emu_block {
+  std::barrier<> bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  unsigned char* smem;  /* the dynamic shared array */
+  explicit emu_block(int n) : bar(n), smem(nullptr) {
+    for (int w = 0; w < (n + 31) / 32; ++w) warps.emplace_back(new std::barrier<>(std::min(32, n - 32 * w)));
+  }
+};
+inline thread_local emu_block* emu_me;
+inline thread_local int emu_rank;
+enum { EMU_MAX_CLUSTER = 8 };
+inline uint64_t emu_slots[EMU_MAX_CLUSTER * 1024];
 inline int emu_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-inline void __syncthreads() { emu_block_bar->arrive_and_wait(); }
+inline int emu_slot() { return emu_rank * 1024 + emu_tid(); }  /* per thread of every block at once */
+inline void __syncthreads() { emu_me->bar.arrive_and_wait(); }
 template <class T> inline T emu_shfl(T v, int src_lane) {
-  const int t = emu_tid(), w = t / 32;
+  const int t = emu_slot(), w = emu_tid() / 32;
   memcpy(&emu_slots[t], &v, sizeof(T));
-  emu_warp_bar[w]->arrive_and_wait();
+  emu_me->warps[w]->arrive_and_wait();
   T r;
-  memcpy(&r, &emu_slots[w * 32 + src_lane], sizeof(T));
-  emu_warp_bar[w]->arrive_and_wait();
+  memcpy(&r, &emu_slots[t - (t & 31) + src_lane], sizeof(T));
+  emu_me->warps[w]->arrive_and_wait();
   return r;
 }
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
@@ -138,16 +152,16 @@ inline uint32_t emu_cvt_rna_tf32(float x) {  /* TF32: 10 mantissa bits, nearest,
   if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  /* not inf / nan: half of the dropped ulp */
   return u & 0xffffe000u;
 }
-inline uint32_t emu_frag[1024][6];
+inline uint32_t emu_frag[EMU_MAX_CLUSTER * 1024][6];
 inline float emu_tf32(uint32_t u) { return __uint_as_float(u & 0xffffe000u); }
 /* d = a (16 x 8, row) * b (8 x 8, col) + c over the warp: lane = 4 g + t holds a (g, t), (g + 8, t),
    (g, t + 4), (g + 8, t + 4); b (t, g), (t + 4, g); c (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) */
 inline void emu_mma_m16n8k8_tf32(float& c0, float& c1, float& c2, float& c3, uint32_t a0, uint32_t a1,
                                  uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  const int t = emu_tid(), w = t / 32, lane = t & 31, base = w * 32, g = lane >> 2, q = lane & 3;
+  const int t = emu_slot(), w = emu_tid() / 32, lane = t & 31, base = t - lane, g = lane >> 2, q = lane & 3;
   const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
   memcpy(emu_frag[t], mine, sizeof mine);
-  emu_warp_bar[w]->arrive_and_wait();
+  emu_me->warps[w]->arrive_and_wait();
   auto A = [&](int r, int k) {
     return emu_tf32(emu_frag[base + (r & 7) * 4 + (k & 3)][(r >= 8) + 2 * (k >= 4)]);
   };
@@ -159,7 +173,7 @@ inline void emu_mma_m16n8k8_tf32(float& c0, float& c1, float& c2, float& c3, uin
     s2 += A(g + 8, k) * B(k, 2 * q);
     s3 += A(g + 8, k) * B(k, 2 * q + 1);
   }
-  emu_warp_bar[w]->arrive_and_wait();
+  emu_me->warps[w]->arrive_and_wait();
   c0 += s0;
   c1 += s1;
   c2 += s2;
@@ -186,35 +200,95 @@ template <class T, class P> inline T* emu_vec_ptr(P p) {
   assert(((uintptr_t)p) % sizeof(T) == 0 && "misaligned vector access");
   return reinterpret_cast<T*>(p);
 }
-inline unsigned char* emu_dynamic_smem;
-inline void emu_launch(dim3 g, dim3 b, const std::function<void()>& fn) {
+inline thread_local unsigned char* emu_dynamic_smem;
+inline thread_local std::barrier<>* emu_cluster_bar;
+inline thread_local unsigned char* const* emu_cluster_smem;
+inline thread_local int emu_cluster_size = 1;
+inline thread_local size_t emu_smem_size;
+/* `cluster` blocks of the grid (consecutive in x) run at once, each its own threads, barriers and
+   dynamic shared array, with a barrier across them; clusters (and blocks, at 1) run one after another */
+inline void emu_launch(dim3 g, dim3 b, size_t smem, int cluster, const std::function<void()>& fn) {
+  assert(cluster >= 1 && cluster <= EMU_MAX_CLUSTER && g.x % cluster == 0 && "a grid of whole clusters");
+  assert(b.x * b.y * b.z <= 1024);
   gridDim = g;
   blockDim = b;
   const int n = b.x * b.y * b.z;
-  std::barrier<> block_bar(n);
-  emu_block_bar = &block_bar;
-  emu_warp_bar.clear();
-  for (int w = 0; w < (n + 31) / 32; ++w)
-    emu_warp_bar.emplace_back(new std::barrier<>(std::min(32, n - 32 * w)));
-  const long blocks = (long)g.x * g.y * g.z;
+  std::vector<std::unique_ptr<emu_block>> blocks_of;
+  std::vector<std::vector<unsigned char>> buffers(cluster);
+  std::vector<unsigned char*> bases(cluster);
+  for (int r = 0; r < cluster; ++r) {
+    blocks_of.emplace_back(new emu_block(n));
+    buffers[r].resize(smem + 16);  /* over-aligned by hand: the unit's __align__(16) */
+    bases[r] = buffers[r].data() + (16 - ((uintptr_t)buffers[r].data()) % 16) % 16;
+    blocks_of[r]->smem = bases[r];
+  }
+  std::barrier<> cluster_bar(n * cluster);
+  const long clusters = (long)g.x / cluster * g.y * g.z;
   std::vector<std::thread> threads;
-  for (int t = 0; t < n; ++t)
-    threads.emplace_back([&, t] {
-      threadIdx = {(unsigned)(t % b.x), (unsigned)((t / b.x) % b.y), (unsigned)(t / (b.x * b.y))};
-      for (long k = 0; k < blocks; ++k) {
-        blockIdx = {(unsigned)(k % g.x), (unsigned)((k / g.x) % g.y), (unsigned)(k / ((long)g.x * g.y))};
-        fn();
-        block_bar.arrive_and_wait();
-      }
-    });
+  for (int r = 0; r < cluster; ++r)
+    for (int t = 0; t < n; ++t)
+      threads.emplace_back([&, r, t] {
+        emu_me = blocks_of[r].get();
+        emu_rank = r;
+        emu_dynamic_smem = smem ? bases[r] : nullptr;
+        emu_smem_size = smem;
+        emu_cluster_bar = &cluster_bar;
+        emu_cluster_smem = bases.data();
+        emu_cluster_size = cluster;
+        threadIdx = {(unsigned)(t % b.x), (unsigned)((t / b.x) % b.y), (unsigned)(t / (b.x * b.y))};
+        const long gx = g.x / cluster;
+        for (long k = 0; k < clusters; ++k) {
+          blockIdx = {(unsigned)((k % gx) * cluster + r), (unsigned)((k / gx) % g.y),
+                      (unsigned)(k / (gx * g.y))};
+          fn();
+          cluster_bar.arrive_and_wait();
+        }
+      });
   for (auto& t : threads) t.join();
 }
+inline void emu_launch(dim3 g, dim3 b, const std::function<void()>& fn) { emu_launch(g, b, 0, 1, fn); }
 inline void emu_launch(dim3 g, dim3 b, size_t smem, const std::function<void()>& fn) {
-  std::vector<unsigned char> buffer(smem + 16);  /* over-aligned by hand: the unit's __align__(16) */
-  emu_dynamic_smem = buffer.data() + (16 - ((uintptr_t)buffer.data()) % 16) % 16;
-  emu_launch(g, b, fn);
-  emu_dynamic_smem = nullptr;
+  emu_launch(g, b, smem, 1, fn);
 }
+/* thread block clusters: cudaLaunchKernelEx with a cluster dimension, and cooperative_groups' cluster */
+enum { cudaLaunchAttributeClusterDimension = 4 };
+struct cudaLaunchAttribute {
+  int id;
+  struct { struct { unsigned x, y, z; } clusterDim; } val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+template <class... P, class... A>
+inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...), A... args) {
+  int cluster = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      assert(config->attrs[i].val.clusterDim.y == 1 && config->attrs[i].val.clusterDim.z == 1);
+      cluster = (int)config->attrs[i].val.clusterDim.x;
+    }
+  emu_launch(config->gridDim, config->blockDim, config->dynamicSmemBytes, cluster, [&] { kernel(args...); });
+  return 0;
+}
+namespace cooperative_groups {
+struct cluster_group {
+  void sync() const { emu_cluster_bar->arrive_and_wait(); }
+  unsigned block_rank() const { return (unsigned)emu_rank; }
+  unsigned num_blocks() const { return (unsigned)emu_cluster_size; }
+  /* the same place of block r's dynamic shared array (the only shared memory a cluster kernel maps) */
+  template <class T> T* map_shared_rank(T* p, unsigned r) const {
+    const ptrdiff_t at = reinterpret_cast<unsigned char*>(p) - emu_dynamic_smem;
+    assert(emu_dynamic_smem && at >= 0 && (size_t)at < emu_smem_size && "mapped outside the dynamic array");
+    assert((int)r < emu_cluster_size);
+    return reinterpret_cast<T*>(emu_cluster_smem[r] + at);
+  }
+};
+inline cluster_group this_cluster() { return {}; }
+}  // namespace cooperative_groups
 """
 
 
@@ -368,6 +442,11 @@ def build_emulated(code: str, out_dir: Path, params: dict[str, int] | None = Non
         staged = fresh_path(".h", runtime)
         staged.write_text(RUNTIME_H)
         os.replace(staged, header)
+    groups = runtime / "cooperative_groups.h"
+    if not groups.exists():  # cuda_runtime.h holds the emulation of the cluster's group
+        staged = fresh_path(".h", runtime)
+        staged.write_text("#pragma once\n#include <cuda_runtime.h>\n")
+        os.replace(staged, groups)
     src = fresh_path(".cpp", out_dir)
     src.write_text(rewrite_launches(emulate_ptx(code)))
     lib = src.with_suffix(".so")

@@ -65,6 +65,26 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "x / torch.mean(torch.abs(x), dim=1, keepdim=True)",
         "torch.randn(2, 16384 + 50176)",
     ),
+    # row ops over rows too long for one SM: a thread block cluster holds a row (2 and 4 blocks here),
+    # its statistics reduced through distributed shared memory
+    "log_softmax_rows_held_by_a_cluster": (
+        "        pass",
+        "x",
+        "torch.log_softmax(x, dim=1)",
+        "torch.randn(3, 80001)",
+    ),
+    "softmax_rows_held_by_a_cluster": (
+        "        pass",
+        "x",
+        "torch.softmax(x, dim=1)",
+        "torch.randn(2, 80001)",
+    ),
+    "instance_norm_rows_held_by_a_cluster": (
+        "        self.norm = nn.InstanceNorm2d(2)",
+        "x",
+        "self.norm(x)",
+        "torch.randn(2, 2, 300, 500) * 3.0 + 1.0",
+    ),
     # a reduction over rows and its broadcast consumer fused: block rows, warp rows, float4 or not
     "l1_norm_float4_long_rows": (
         "        pass",
@@ -426,6 +446,16 @@ def test_a_long_row_and_its_consumer_are_read_once_where_the_row_fits_on_chip(ca
         # held while FUSED_ROWS_IN_REGISTERS (swept) and the row fits: else the kernel that re-reads it
         assert "if (FUSED_ROWS_IN_REGISTERS && R >= 16384 && R <= 66560) {" in k.code
         assert "kf_row[j - 16384] = kf_c;" in k.code
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "held_by_a_cluster" in c])
+def test_a_row_op_whose_row_outgrows_an_sm_has_a_seed_that_holds_it_in_a_cluster(case: str) -> None:
+    _, kernels = seeds(case)
+    held = [k for k in kernels if '"cache_rows": true' in k.code]
+    assert held and all("_crows, " in k.code and "cudaLaunchKernelEx(&kf_config" in k.code for k in held)
+    for k in held:
+        assert "kf_attr[0].id = cudaLaunchAttributeClusterDimension;" in k.code
+        assert "kf_cluster_reduce<" in k.code and "#include <cooperative_groups.h>" in k.code
 
 
 @pytest.mark.parametrize("case", MIDDLE_SOFTMAX)

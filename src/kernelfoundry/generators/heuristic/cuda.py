@@ -21,6 +21,11 @@ from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
 from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
 from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
+    CLUSTER_HEAD,
+    CLUSTER_MOST,
+    CLUSTER_REDUCE,
+    CLUSTER_SHARE,
+    CLUSTER_SMEM_FLOATS,
     ONCHIP_MAX_ROW,
     ONCHIP_MIN_ROW,
     ONCHIP_SMEM_FLOATS,
@@ -28,7 +33,6 @@ from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
     OnChipRows,
 )
 from kernelfoundry.generators.heuristic.cuda_pools import PoolKernels
-from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
 from kernelfoundry.generators.heuristic.graph import Ref
 from kernelfoundry.generators.heuristic.layout import (
@@ -141,7 +145,7 @@ static float* kf_alloc(size_t bytes, cudaStream_t st) {
 """
 
 
-class CudaEmitter(RowKernels, ColumnKernels, PoolKernels, OnChipRows):
+class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
     def unit(self, parts: list[Part], header: list[str]) -> str:
         bodies: list[str] = []
         nhwc = channels_last_source(self.graph, parts, "cuda") if self.variant.channels_last else None
@@ -174,10 +178,13 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels, OnChipRows):
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses
         used = "\n".join(self.kernels)
-        helpers = [COMBINE] if "kf_combine" in used or "kf_block_reduce" in used else []
-        helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used else []
+        cluster = "kf_cluster_reduce" in used  # it reduces each block with kf_block_reduce_warp
+        helpers = [COMBINE] if "kf_combine" in used or "kf_block_reduce" in used or cluster else []
+        helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used or cluster else []
         helpers += [REDUCE_LANES] if "kf_warp_reduce" in used else []
         helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used else []
+        if cluster:
+            helpers = ["#include <cooperative_groups.h>", *helpers, CLUSTER_REDUCE]
         lines += ["#include <cuda_runtime.h>", PRELUDE, *helpers]
         lines += [ALLOC, ""]
         lines += [
@@ -799,6 +806,9 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels, OnChipRows):
             self.kernels.append(
                 self._row_kernel_regs(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
             )
+            self.kernels.append(
+                self._row_kernel_cluster(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
+            )
         if self.variant.row_warps:
             self.kernels.append(
                 self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, True, rvec)
@@ -868,6 +878,7 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels, OnChipRows):
             for pt in (1, 2, 4, 8, 16, 32):
                 out.append(f"    }} else if (per <= {pt}) {{")
                 out.append(f"      {kname}_regs<{pt}><<<nb, ROW_BLOCK, 0, st>>>{a};")
+            out += _cluster_rows_launch(kname, a)
         if split:
             # long rows: every SM busy however few the rows, float4 sweeps, two reads and one write
             svec = (
@@ -897,6 +908,34 @@ class CudaEmitter(RowKernels, ColumnKernels, PoolKernels, OnChipRows):
         out.append(f"      {kname}<<<nb, ROW_BLOCK, 0, st>>>{a};")
         out.append("    }")
         return out + self._launch_check()
+
+
+def _cluster_rows_launch(kname: str, a: str) -> list[str]:
+    """The launch branch of `{kname}_crows` (cuda_onchip_rows.py): rows a thread block cluster can hold,
+    the fewest blocks (a power of two) whose shares fit, a row a cluster."""
+    smem = f"sizeof(float) * {CLUSTER_SMEM_FLOATS}"
+    return [
+        f"    }} else if (R <= {CLUSTER_MOST} * (int64_t){CLUSTER_SHARE}) {{  /* a row a cluster, on chip */",
+        "      int kf_blocks = 1;",
+        f"      while ((R + kf_blocks - 1) / kf_blocks > {CLUSTER_SHARE}) kf_blocks *= 2;",
+        "      const int64_t kf_per = (R + kf_blocks - 1) / kf_blocks;",
+        f"      const int64_t kf_rest = kf_per > {ONCHIP_MIN_ROW} ? kf_per - {ONCHIP_MIN_ROW} : 0;",
+        f"      cudaFuncSetAttribute({kname}_crows, cudaFuncAttributeMaxDynamicSharedMemorySize,",
+        f"                           (int)({smem}));",
+        "      cudaLaunchConfig_t kf_config = {};",
+        "      kf_config.gridDim = dim3((unsigned)((outer < 65535 ? outer : 65535) * kf_blocks));",
+        f"      kf_config.blockDim = dim3({ONCHIP_THREADS});",
+        f"      kf_config.dynamicSmemBytes = sizeof(float) * (size_t)({CLUSTER_HEAD} + kf_rest);",
+        "      kf_config.stream = st;",
+        "      cudaLaunchAttribute kf_attr[1];",
+        "      kf_attr[0].id = cudaLaunchAttributeClusterDimension;",
+        "      kf_attr[0].val.clusterDim.x = (unsigned)kf_blocks;",
+        "      kf_attr[0].val.clusterDim.y = 1;",
+        "      kf_attr[0].val.clusterDim.z = 1;",
+        "      kf_config.attrs = kf_attr;",
+        "      kf_config.numAttrs = 1;",
+        f"      cudaLaunchKernelEx(&kf_config, {kname}_crows, {a[1:-1]});",
+    ]
 
 
 def _rest_loop(tid: str, group: str, indent: str) -> list[str]:

@@ -24,6 +24,7 @@ class EmitterBase:
         self.counter = 0
         self._eps = 1e-5
         self._lanes = False  # reductions across one warp's lanes (warp-per-row kernels)
+        self._cluster = False  # reductions across a thread block cluster (cuda_onchip_rows.py)
         self._steps: list[Step] = []  # the part being emitted, for fusion across adjacent steps
         self._fused_into: dict[str, tuple[str, int]] = {}  # pointwise out -> (reduction input, d1)
         # the reduction / row op being emitted: its leaves that vary along one dim (plan.axis_leaf)
@@ -122,6 +123,8 @@ class EmitterBase:
     def _reduce_call(self, op_code: int, v: str) -> str:
         if self._lanes:
             return f"kf_warp_reduce<{op_code}>({v})"
+        if self._cluster:
+            return f"kf_cluster_reduce<{op_code}>({v}, kf_scratch, kf_xchg, kf_parity)"
         fn = "kf_block_reduce_tree" if self.variant.reduction == "block" else "kf_block_reduce_warp"
         return f"{fn}<{op_code}>({v}, kf_scratch)"
 

@@ -11,13 +11,23 @@ it reduces, which the other SMs' rows, at other phases, cover.
 
 Where it applies: the consumer reads one full operand, the one the reduction reads, at the same element
 (the usual norm); otherwise nothing is emitted. Switched by the unit's FUSED_ROWS_IN_REGISTERS tunable.
+
+The row ops (softmax, log_softmax, layer, group and instance norms) of the `cache_rows` variant, whose
+rows outgrow the registers of a block (`_regs`), are held the same way by a thread block cluster
+(`_crows`, launched with cudaLaunchKernelEx and a cluster dimension of 1 to CLUSTER_MOST blocks): each
+block holds a share of the row, and every statistic (max, sum, mean, variance) is reduced across the
+cluster through distributed shared memory (`kf_cluster_reduce`), so rows of up to 587,456 floats
+(level1/24_LogSoftmax's 393,216, 34_InstanceNorm's 262,144) are read once and written once instead of
+two or three reads. Its shared memory is all dynamic (the scratch, two exchange slots, the share), and a
+block leaves only after the cluster's last barrier, so that no block reads a slot of one that has left.
 Pure string building.
 """
 
 from __future__ import annotations
 
-from kernelfoundry.generators.heuristic.cuda_base import EmitterBase
+from kernelfoundry.generators.heuristic.cuda_rows import RowKernels
 from kernelfoundry.generators.heuristic.entry import ptr
+from kernelfoundry.generators.heuristic.expressions import literal
 from kernelfoundry.generators.heuristic.graph import Ref
 from kernelfoundry.generators.heuristic.plan import Leaf, Step
 from kernelfoundry.generators.heuristic.stepexpr import emit
@@ -29,8 +39,36 @@ ONCHIP_MIN_ROW = ONCHIP_THREADS * ONCHIP_PT  # shorter rows: the re-read hits ca
 ONCHIP_MAX_ROW = ONCHIP_MIN_ROW + ONCHIP_SMEM_FLOATS
 CACHED = "kf_c"  # the held element, in place of the operand's load
 
+# The row ops (softmax, log_softmax, the norms) over rows too long for one SM: a cluster of up to
+# CLUSTER_MOST blocks holds a row, each block a share (ONCHIP_PT elements a thread in registers, the rest in
+# shared memory), the row statistics reduced across the cluster through distributed shared memory.
+CLUSTER_MOST = 8  # the portable cluster size
+CLUSTER_SMEM_FLOATS = 58112  # the 227 KB a block may take: scratch, the exchange slots and the share
+CLUSTER_HEAD = 1064  # floats before the share: the block reduction's 1024 + 33, two exchange slots
+CLUSTER_SHARE = ONCHIP_MIN_ROW + CLUSTER_SMEM_FLOATS - CLUSTER_HEAD  # elements a block holds at most
+SLOT = "kf_slot"  # the held element's storage, in a statistic that rewrites it (softmax's exp)
 
-class OnChipRows(EmitterBase):
+CLUSTER_REDUCE = r"""
+/* v reduced over the blocks of the thread block cluster; every thread of every block gets the result.
+   Each block's total goes to its exchange slot `xchg[parity]`; after the cluster's barrier every block
+   combines the slots of all through distributed shared memory. Two slots used in turn: a block writes
+   one only after the barrier that follows every block's reading of it. */
+template <int OP>
+__device__ float kf_cluster_reduce(float v, float* scratch, float* xchg, int& parity) {
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  v = kf_block_reduce_warp<OP>(v, scratch);
+  if (threadIdx.x == 0) xchg[parity] = v;
+  cluster.sync();
+  float t = *cluster.map_shared_rank(&xchg[parity], 0);
+  for (unsigned r = 1; r < cluster.num_blocks(); ++r)
+    t = kf_combine<OP>(t, *cluster.map_shared_rank(&xchg[parity], r));
+  parity ^= 1;
+  return t;
+}
+"""
+
+
+class OnChipRows(RowKernels):
     def _onchip_leaf(self, step: Step, leaves: list[Leaf], loads: dict, consumer: Step) -> Leaf | None:
         """The operand both the reduction and its consumer read at the row's element `j`, when it is the
         only one either reads by element (scalars aside); else None."""
@@ -108,3 +146,60 @@ class OnChipRows(EmitterBase):
         )
         k += ["  }", "}"]
         return k
+
+    def _row_kernel_cluster(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """`{kname}_crows`: a row op over rows of up to CLUSTER_MOST * CLUSTER_SHARE elements, a row a
+        cluster (its size a launch attribute), one read and one write of DRAM."""
+        held = f"kf_row[j - lo - {ONCHIP_MIN_ROW}]"
+        step = ONCHIP_THREADS
+
+        def sweep(stmt: str) -> list[str]:
+            k = ["    #pragma unroll", f"    for (int i = 0; i < {ONCHIP_PT}; ++i) {{"]
+            k.append(f"      const int64_t j = lo + threadIdx.x + (int64_t)i * {ONCHIP_THREADS};")
+            k += ["      if (j < hi) {", "        const float xv = xr[i];"]
+            k += [f"        {stmt.replace(SLOT, 'xr[i]')}", "      }", "    }"]
+            k.append("    #pragma unroll 4")
+            k.append(f"    for (int64_t j = lo + threadIdx.x + {ONCHIP_MIN_ROW}; j < hi; j += {step}) {{")
+            k += [f"      const float xv = {held};", f"      {stmt.replace(SLOT, held)}", "    }"]
+            return k
+
+        k = [f"__global__ void __launch_bounds__({ONCHIP_THREADS}, 1) {kname}_crows{signature} {{"]
+        k.append("  extern __shared__ __align__(16) float kf_dyn[];  /* no static shared: one per cluster */")
+        k.append("  float* const kf_scratch = kf_dyn;")
+        k.append("  float* const kf_xchg = kf_dyn + 1060;")
+        k.append(f"  float* const kf_row = kf_dyn + {CLUSTER_HEAD};  /* the share past the registers */")
+        k.append("  int kf_parity = 0;")
+        k.append("  const cooperative_groups::cluster_group kf_cluster = cooperative_groups::this_cluster();")
+        k.append("  const int64_t kf_blocks = (int64_t)kf_cluster.num_blocks();")
+        k.append("  const int64_t kf_rank = (int64_t)kf_cluster.block_rank();")
+        k += pre
+        k.append("  for (int64_t o = blockIdx.x / kf_blocks; o < outer; o += gridDim.x / kf_blocks) {")
+        k.append("    const int64_t base = o * R;")
+        k.append("    const int64_t per = (R + kf_blocks - 1) / kf_blocks, lo = kf_rank * per;")
+        k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
+        k.append(f"    float xr[{ONCHIP_PT}];")
+        k.append("    #pragma unroll")
+        k.append(f"    for (int i = 0; i < {ONCHIP_PT}; ++i) {{")
+        k.append(f"      const int64_t j = lo + threadIdx.x + (int64_t)i * {ONCHIP_THREADS};")
+        k.append("      if (j < hi) {")
+        k += xb
+        k += [f"        xr[i] = {xv};", "      }", "    }"]
+        k.append(f"    for (int64_t j = lo + threadIdx.x + {ONCHIP_MIN_ROW}; j < hi; j += {step}) {{")
+        k += [*xb, f"        {held} = {xv};", "    }"]
+        self._cluster = True
+        try:
+            k += self._stats(op, literal(float(self._eps)), sweep, False, slot=SLOT)
+        finally:
+            self._cluster = False
+        if op == "softmax":
+            value = "xv * inv"  # the held elements are exp(x - m) now
+        k += sweep(
+            "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
+        )
+        k.append("  }")
+        k.append("  kf_cluster.sync();  /* no block leaves while another may still read its slots */")
+        k.append("}")
+        return "\n".join(k)
