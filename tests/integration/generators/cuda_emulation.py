@@ -8,7 +8,8 @@ variables are statics (one block runs at a time) and the dynamic `extern __share
 the launch's size (a block's own). `cudaLaunchKernelEx` with a cluster dimension runs a cluster's blocks
 at once, each with its own threads, barriers and dynamic array; `cooperative_groups::this_cluster()`
 gives the cluster's barrier and `map_shared_rank` (into another block's dynamic array: a cluster
-kernel keeps its shared data there, its statics being one for all the cluster's blocks here), warp shuffles exchange values through per-warp slots between two barriers of the
+kernel keeps its shared data there, its statics being one for all the cluster's blocks here), warp
+shuffles exchange values through per-warp slots between two barriers of the
 warp, `__ldg` of a float4 and every access through a pointer cast to float4 / float2 check their
 alignment. The inline PTX the GEMM and conv families issue
 is rewritten into calls of its emulation (`emulate_ptx`): `cvt.rna.tf32.f32` rounds to TF32 (nearest,
