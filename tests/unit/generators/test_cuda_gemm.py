@@ -309,7 +309,8 @@ def test_the_tensor_core_seed_follows_the_simt_one_with_3xtf32_mmas_and_its_own_
     # big, then what remains, rounded by half a TF32 unit added to the bits (no cvt at the fragment reads);
     # the GEMM's operands are not pre-rounded
     assert 'asm("cvt' not in code and "return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;" in code
-    assert "big = KF_PREROUNDED ? __float_as_uint(x) : kf_round_tf32(x);" in code
+    assert "big = kf_tf32_bits(x);" in code
+    assert "return KF_PREROUNDED ? __float_as_uint(x) : kf_round_tf32(x);" in code
     assert "#define KF_PREROUNDED 0" in code
     assert "small = __float_as_uint(x - __uint_as_float(big)) + 0x1000u;" in code
     loop = code[code.index("for (int k8 = 0; k8 < BK; k8 += 8)") :]

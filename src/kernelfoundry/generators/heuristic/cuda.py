@@ -178,13 +178,20 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses
         used = "\n".join(self.kernels)
-        cluster = "kf_cluster_reduce" in used  # it reduces each block with kf_block_reduce_warp
+        # the cluster reduction reduces each block with the variant's block reduction first
+        cluster = "kf_cluster_reduce" in used
+        tree = self.variant.reduction == "block"
         helpers = [COMBINE] if "kf_combine" in used or "kf_block_reduce" in used or cluster else []
-        helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used or cluster else []
+        helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used or (cluster and not tree) else []
         helpers += [REDUCE_LANES] if "kf_warp_reduce" in used else []
-        helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used else []
+        helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used or (cluster and tree) else []
         if cluster:
-            helpers = ["#include <cooperative_groups.h>", *helpers, CLUSTER_REDUCE]
+            block = "kf_block_reduce_tree" if tree else "kf_block_reduce_warp"
+            helpers = [
+                "#include <cooperative_groups.h>",
+                *helpers,
+                CLUSTER_REDUCE.replace("kf_block_reduce_warp", block),
+            ]
         lines += ["#include <cuda_runtime.h>", PRELUDE, *helpers]
         lines += [ALLOC, ""]
         lines += [

@@ -50,9 +50,10 @@ SLOT = "kf_slot"  # the held element's storage, in a statistic that rewrites it 
 
 CLUSTER_REDUCE = r"""
 /* v reduced over the blocks of the thread block cluster; every thread of every block gets the result.
-   Each block's total goes to its exchange slot `xchg[parity]`; after the cluster's barrier every block
-   combines the slots of all through distributed shared memory. Two slots used in turn: a block writes
-   one only after the barrier that follows every block's reading of it. */
+   Each block's total (the unit's block reduction: the warp-shuffle one here, or the tree) goes to its
+   exchange slot `xchg[parity]`; after the cluster's barrier every block combines the slots of all
+   through distributed shared memory. Two slots used in turn: a block writes one only after the barrier
+   that follows every block's reading of it. */
 template <int OP>
 __device__ float kf_cluster_reduce(float v, float* scratch, float* xchg, int& parity) {
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
