@@ -390,18 +390,7 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             + "".join(", " + x for x in params + self._consumer_params(step, consumer))
             + ") {"
         )
-        cpre: list[str] = []
-        cloads: dict = {}
-        cfull: list[tuple[int, Leaf]] = []
-        for n, leaf in enumerate(consumer.prologue_leaves(g)):
-            if leaf.name == step.out:
-                cloads[leaf] = "red"
-            elif self._is_scalar(leaf):
-                cpre.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
-                cloads[leaf] = f"pc{n}"
-            else:
-                cfull.append((n, leaf))
-                cloads[leaf] = f"{ptr(leaf.name)}[base + j]"
+        cpre, cloads, cfull = self._consumer_loads(step, consumer, lambda leaf: f"{ptr(leaf.name)}[base + j]")
         k = [signature, *self._row_loop_head(pre + cpre, warp)]
         self._lanes = warp
         try:

@@ -120,6 +120,26 @@ class EmitterBase:
     def _is_scalar(self, leaf: Leaf) -> bool:
         return _numel_of(tuple(self.graph.shapes[leaf.name])) == 1
 
+    def _consumer_loads(
+        self, step: Step, consumer: Step, element: Callable[[Leaf], str]
+    ) -> tuple[list[str], dict, list[tuple[int, Leaf]]]:
+        """How a reduction's broadcast consumer reads its operands in a fused row kernel: (the kernel's
+        loads of its scalars, each operand's expression, its full operands by position): the reduced
+        value is `red`, a scalar `pc<n>`, a full operand `element(leaf)`."""
+        pre: list[str] = []
+        loads: dict = {}
+        full: list[tuple[int, Leaf]] = []
+        for n, leaf in enumerate(consumer.prologue_leaves(self.graph)):
+            if leaf.name == step.out:
+                loads[leaf] = "red"
+            elif self._is_scalar(leaf):
+                pre.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
+                loads[leaf] = f"pc{n}"
+            else:
+                full.append((n, leaf))
+                loads[leaf] = element(leaf)
+        return pre, loads, full
+
     def _reduce_call(self, op_code: int, v: str) -> str:
         if self._lanes:
             return f"kf_warp_reduce<{op_code}>({v})"

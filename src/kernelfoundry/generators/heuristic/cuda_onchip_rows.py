@@ -92,16 +92,7 @@ class OnChipRows(RowKernels):
         held = self._onchip_leaf(step, leaves, loads, consumer)
         if held is None:
             return []
-        cpre: list[str] = []
-        cloads: dict = {}
-        for n, leaf in enumerate(consumer.prologue_leaves(g)):
-            if leaf.name == step.out:
-                cloads[leaf] = "red"
-            elif self._is_scalar(leaf):
-                cpre.append(f"  const float pc{n} = {ptr(leaf.name)}[0];")
-                cloads[leaf] = f"pc{n}"
-            else:
-                cloads[leaf] = CACHED
+        cpre, cloads, _ = self._consumer_loads(step, consumer, lambda _leaf: CACHED)
         rloads = {leaf: CACHED if leaf == held else expr for leaf, expr in loads.items()}
         rbody, rval = emit(g, step, src, lambda leaf: rloads[leaf], indent="        ")
         cbody, cval = emit(g, consumer, Ref(consumer.root.name), lambda leaf: cloads[leaf], indent="        ")
