@@ -38,7 +38,7 @@ tiles a warp: 8, a 64-pixel-wide warp and BN 256, by default, so each fragment r
 feeds twice the MMAs it did at 4; one block an SM at BM 128, whose warps then hold 128 accumulators a
 thread) and, on the channels-last path with one TF32 product, KF_WIDE_FRAGS (1: a thread reads its
 fragments of a k16 16 bytes at a time, TC_STEP_K16, its stage rows unpadded; 0, the default: 4 bytes at
-a time, which measured faster on 8 of 10 level-1 convs on the H100).
+a time, which measured faster on 8 of 11 level-1 convs on the H100).
 Pure string building.
 """
 

@@ -175,8 +175,8 @@ LDS.32. Which k a slot holds does not matter: A's and B's slots pair the same wa
 16 is the same products. On the H100, level1/56's conv stalled on the full shared-memory instruction
 queue (mio_throttle) 1.05 cycles an issue, cuDNN's kernel 0.07 (Nsight Compute); with this step 0.23, but
 its warps then wait on the wide reads themselves (short_scoreboard 0.08 -> 0.71: at 234 registers there
-are none to load the next k16 ahead), and 8 of 10 level-1 convs ran 1-15% slower (71 and 78 4-7% faster):
-the conv family declares it a tunable, off by default."""
+are none to load the next k16 ahead), and 8 of 11 level-1 convs ran 1-18% slower (71 and 78 5-7% faster,
+76 the same): the conv family declares it a tunable, off by default."""
 
 TC_LOOP = (
     r"""
