@@ -15,9 +15,11 @@ alignment. The inline PTX the GEMM and conv families issue
 is rewritten into calls of its emulation (`emulate_ptx`): `cvt.rna.tf32.f32` rounds to TF32 (nearest,
 ties away from zero), `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` exchanges the warp's
 fragments through per-warp slots and each lane sums its four outputs from the PTX ISA's fragment
-layout, `cp.async` copies at once (zeros past its source size; 16-byte copies check both addresses'
-alignment) and its groups' commit and wait are no-ops; any other PTX fails the build, named. The unit
-is then built by g++ (C++20) into a shared library that `native.Unit` calls with CPU tensors.
+layout, `ldmatrix.sync.aligned.m8n8.x4` hands each lane its four words through per-warp slots
+(its rows checked to be 16-byte aligned), `cp.async` copies at once (zeros past its source size;
+16-byte copies check both addresses' alignment) and its groups' commit and wait are no-ops; any other
+PTX fails the build, named. The unit is then built by g++ (C++20) into a shared library that
+`native.Unit` calls with CPU tensors.
 """
 
 from __future__ import annotations
@@ -196,6 +198,19 @@ inline void emu_cp_async(unsigned dst, const void* src, int size, int src_size) 
   if (src_size > 0) memcpy(d, src, src_size);
   memset(d + src_size, 0, size - src_size);
 }
+/* ldmatrix .x4 over the warp: lanes 8 i .. 8 i + 7 give matrix i's rows (16 bytes each), lane 4 g + t
+   receives the 4 bytes t of row g of matrix i in its i-th register */
+inline const unsigned char* emu_rows[EMU_MAX_CLUSTER * 1024];
+inline void emu_ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, unsigned addr) {
+  const int t = emu_slot(), w = emu_tid() / 32, lane = t & 31, base = t - lane;
+  const unsigned char* row = static_cast<const unsigned char*>(emu_shared_at[addr & 63]);
+  assert(((uintptr_t)row) % 16 == 0 && "misaligned ldmatrix row");
+  emu_rows[t] = row;
+  emu_me->warps[w]->arrive_and_wait();
+  uint32_t* r[4] = {&r0, &r1, &r2, &r3};
+  for (int i = 0; i < 4; ++i) memcpy(r[i], emu_rows[base + 8 * i + lane / 4] + 4 * (lane % 4), 4);
+  emu_me->warps[w]->arrive_and_wait();
+}
 /* a float4 / float2 access through a cast pointer: the GPU faults where it is not aligned to its size */
 template <class T, class P> inline T* emu_vec_ptr(P p) {
   assert(((uintptr_t)p) % sizeof(T) == 0 && "misaligned vector access");
@@ -368,6 +383,8 @@ def _emulated(template: str, outputs: list[str], inputs: list[str]) -> str:
         return f"{outputs[0]} = emu_cvt_rna_tf32({inputs[0]});"
     if template.startswith("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "):
         return f"emu_mma_m16n8k8_tf32({', '.join(outputs + inputs)});"
+    if template == "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];":
+        return f"emu_ldmatrix_x4({', '.join(outputs + inputs)});"
     if (copy := _CP_ASYNC.fullmatch(template)) is not None:
         dst, src, src_size = inputs
         return f"emu_cp_async({dst}, {src}, {copy.group(1)}, {src_size});"

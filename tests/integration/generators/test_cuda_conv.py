@@ -114,6 +114,15 @@ GPU_COMBOS = [  # the defaults (BM 32 or 64 for these channel counts, warps of 8
     {"BM": 128, "BK": 8, "KF_STAGES": 2, "KF_WN": 4},
     {"BM": 128, "BK": 32, "KF_STAGES": 4},
 ]
+LDSM_COMBOS = [  # the channels-last units' ldmatrix fragment reads, at the defaults and the widest slices
+    {"KF_LDSM": 1},
+    {"KF_LDSM": 1, "BM": 128, "BK": 32, "KF_STAGES": 4, "KF_WN": 4},
+]
+
+
+def gpu_combos(nhwc: bool) -> list[dict[str, int]]:
+    """The tilings the GPU tests judge a unit at: the ldmatrix reads besides where its rows are NHWC."""
+    return GPU_COMBOS + LDSM_COMBOS if nhwc else GPU_COMBOS
 
 
 def conv_task(name: str, tf32: bool) -> Task:
@@ -175,6 +184,9 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     units += [with_params(runs, combo) for combo in COMBOS]
     # its 16-byte fragment reads (TC_STEP_K16) at every BK of 16 or more
     units += [with_params(runs, {**combo, "KF_WIDE_FRAGS": 1}) for combo in COMBOS if combo["BK"] >= 16]
+    # its ldmatrix fragment reads (TC_STEP_LDSM), one TF32 product and three, at every tiling
+    runs3 = conv_source(conv_task("2d_runs", False), False, channels_last=True)
+    units += [with_params(unit, {**combo, "KF_LDSM": 1}) for unit in (runs, runs3) for combo in COMBOS]
     # phased (a strided transposed conv): its tap table in shared memory beside the deepest stages
     phased = conv_source(conv_task("t3d_runs", False), False, channels_last=True)
     units += [with_params(phased, combo) for combo in COMBOS if combo["KF_STAGES"] == 4]
@@ -195,7 +207,7 @@ def gpu_cases(
         for t in all_tasks(tf32):
             name = t.name.removeprefix("conv_")
             if selected is None or (name, tf32) in selected:
-                cases += [(t, GPU_COMBOS, tf32, nhwc) for nhwc in layouts(t)]
+                cases += [(t, gpu_combos(nhwc), tf32, nhwc) for nhwc in layouts(t)]
     return cases
 
 
@@ -265,7 +277,7 @@ def test_conv_units_are_correct_on_awkward_geometry(
         measure_torch_compile=False, measure_baselines=False, timed_runs=10, warmup_runs=1
     )
     failures = []
-    for nhwc, combo in itertools.product(layouts(t), GPU_COMBOS):
+    for nhwc, combo in ((n, c) for n in layouts(t) for c in gpu_combos(n)):
         unit = with_params(conv_source(t, tf32, nhwc), combo)
         b = build(unit, BuildTarget("cuda", "sm90"), cache)  # a cache hit
         assert b.ok and b.artifact is not None, b.log

@@ -55,6 +55,29 @@ def test_the_channels_last_one_product_conv_pairs_its_16_byte_fragments(params: 
     torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "3xtf32"])
+@pytest.mark.parametrize(
+    "params",
+    [{"BK": 8, "KF_WN": 4, "BM": 32}, {"BK": 16}, {"BK": 32, "BM": 128, "KF_STAGES": 4}],
+    ids=["bk8-wn4", "defaults", "bk32-bm128"],
+)
+def test_the_channels_last_conv_reads_its_fragments_by_ldmatrix(
+    params: dict, tf32: bool, tmp_path: Path
+) -> None:
+    """TC_STEP_LDSM hands each lane its A and B fragments by ldmatrix: lanes 8 i .. 8 i + 7 name the rows
+    of matrix i (A: rows 0-15 at k 0-3, then at k 4-7; B: two n8 tiles' pixels at k 0-3 and 4-7). A lane
+    naming the wrong row or k half sums wrong products; a row off its 16-byte alignment fails the
+    emulation's check; a K that ends inside a k8 reads the zeros past it. One TF32 product (its operands
+    pre-rounded) and 3xTF32 (split after the read), against torch."""
+    import torch
+
+    t = conv_task("2d_grouped_vec", tf32)  # K = 36 a group: four k8 and four k past them
+    source = with_params(conv_source(t, tf32, True), {**params, "KF_LDSM": 1})
+    got, expected = emulated_output(t, source, tmp_path)
+    tolerance = 1e-2 if tf32 else 1e-4
+    torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+
+
 OFF_GRID = 1 + 2**-11 + 2**-13  # TF32 keeps 10 mantissa bits: nearest is 1 + 2^-10, truncation 1
 
 

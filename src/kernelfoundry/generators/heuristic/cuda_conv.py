@@ -48,7 +48,7 @@ from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda import ALLOC
 from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
-from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS, TC_STEP, TC_STEP_K16
+from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS, TC_STEP, TC_STEP_K16, TC_STEP_LDSM
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
 from kernelfoundry.generators.heuristic.prelude import PRELUDE
@@ -282,6 +282,11 @@ static_assert(KF_STAGES >= 2 && KF_STAGES <= 4, "KF_STAGES must be 2, 3 or 4");
 #define KF_WIDE_FRAGS 0
 #endif
 #define KF_FRAG16 (KF_WIDE_FRAGS && KF_NHWC && KF_TF32_TERMS == 1 && BK % 16 == 0)
+/* fragments read by ldmatrix (TC_STEP_LDSM) where both operands' rows are k-contiguous (KF_LDSM 1) */
+#ifndef KF_LDSM
+#define KF_LDSM 0
+#endif
+#define KF_FRAG_LDSM (KF_LDSM && KF_NHWC && !KF_FRAG16)
 #if KF_FRAG16
 /* As rows (k-contiguous, 16-byte aligned): two rows a quarter warp's LDS.128 reads cover 32 banks */
 #define KF_AS_LD (BK % 32 == 0 ? BK + 16 : BK)
@@ -370,6 +375,8 @@ _MAIN_LOOP = (
 #if KF_FRAG16
 """
     + TC_STEP_K16
+    + "#elif KF_FRAG_LDSM\n"
+    + TC_STEP_LDSM
     + "#else\n"
     + TC_STEP
     + r"""#endif
@@ -588,6 +595,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if nhwc and variant.tf32:  # the fragment reads' width, where 16 bytes apply (BK 16 or 32): swept
         tunables.append("// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 0")
         defaults["KF_WIDE_FRAGS"] = 0
+    if nhwc:  # the fragments read by ldmatrix (both operands' rows k-contiguous): swept
+        tunables.append("// @kf.tunable KF_LDSM in [0, 1] default 0")
+        defaults["KF_LDSM"] = 0
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]

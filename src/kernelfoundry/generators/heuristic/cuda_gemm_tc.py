@@ -73,6 +73,17 @@ __device__ __forceinline__ void kf_split_tf32(float x, uint32_t& big, uint32_t& 
   small = __float_as_uint(x - __uint_as_float(big)) + 0x1000u;
 }
 
+/* Four 8 x 4 float matrices from shared memory into a warp's registers (ldmatrix's 8 x 8 16-bit
+   matrices: a float is two halves): lanes 8 i .. 8 i + 7 give the addresses of matrix i's rows (16
+   bytes each, 16-byte aligned), and lane 4 g + t receives element t of row g of each matrix in r[i], the
+   layout of an m16n8k8 TF32 fragment. One instruction where four 4-byte reads issue four. */
+__device__ __forceinline__ void kf_ldsm_x4(uint32_t (&r)[4], const float* row) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 /* c (16 x 8, float32) += a (16 x 8, TF32, row) * b (8 x 8, TF32, col) */
 __device__ __forceinline__ void kf_mma(float& c0, float& c1, float& c2, float& c3, const uint32_t (&a)[4],
                                        uint32_t b0, uint32_t b1) {
@@ -177,6 +188,49 @@ queue (mio_throttle) 1.05 cycles an issue, cuDNN's kernel 0.07 (Nsight Compute);
 its warps then wait on the wide reads themselves (short_scoreboard 0.08 -> 0.71: at 234 registers there
 are none to load the next k16 ahead), and 8 of 11 level-1 convs ran 1-18% slower (71 and 78 5-7% faster,
 76 the same): the conv family declares it a tunable, off by default."""
+
+TC_STEP_LDSM = r"""    #pragma unroll
+    for (int k8 = 0; k8 < BK; k8 += 8) {
+      uint32_t bh[KF_WN][2], bl[KF_WN][2];
+      #pragma unroll
+      for (int t = 0; t < KF_WN; t += 2) {
+        /* matrices (tile t, k 0-3), (t, k 4-7), (t + 1, k 0-3), (t + 1, k 4-7): b0, b1 of two n8 tiles */
+        const int c = wn * (8 * KF_WN) + (t + (lane >> 4)) * 8 + (lane & 7);
+        uint32_t q[4];
+        kf_ldsm_x4(q, &KF_B_FRAG(k8 + (lane & 8) / 2, c));
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          kf_split_tf32(__uint_as_float(q[i]), bh[t + i / 2][i % 2], bl[t + i / 2][i % 2]);
+        }
+      }
+      #pragma unroll
+      for (int mt = 0; mt < KF_TM / 2; ++mt) {
+        /* matrices (rows 0-7, k 0-3), (8-15, k 0-3), (0-7, k 4-7), (8-15, k 4-7): a0 .. a3 */
+        uint32_t q[4], ah[4], al[4];
+        kf_ldsm_x4(q, &KF_A_FRAG(k8 + (lane >> 4) * 4, wm * (BM / 2) + mt * 16 + (lane & 15)));
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) kf_split_tf32(__uint_as_float(q[i]), ah[i], al[i]);
+        #pragma unroll
+        for (int t = 0; t < KF_WN; ++t) {
+          float& c0 = acc[mt * 2][t * 2];
+          float& c1 = acc[mt * 2][t * 2 + 1];
+          float& c2 = acc[mt * 2 + 1][t * 2];
+          float& c3 = acc[mt * 2 + 1][t * 2 + 1];
+          if (KF_TF32_TERMS == 3) {  /* the small terms first */
+            kf_mma(c0, c1, c2, c3, al, bh[t][0], bh[t][1]);
+            kf_mma(c0, c1, c2, c3, ah, bl[t][0], bl[t][1]);
+          }
+          kf_mma(c0, c1, c2, c3, ah, bh[t][0], bh[t][1]);
+        }
+      }
+    }
+"""
+"""TC_STEP with the fragments read by `ldmatrix` (kf_ldsm_x4), for k-contiguous A and B rows (KF_A_FRAG(k,
+r) and KF_B_FRAG(k, c) adjacent in k, rows 16-byte aligned at every fourth k): one instruction reads an
+m16 tile's A fragment of a k8 step, one the B fragments of two n8 tiles, where TC_STEP issues four
+4-byte reads for each: the same registers a k8 step, a quarter of the shared-memory instructions (the
+queue level1/56's conv stalled on, Nsight Compute on the H100). With one TF32 product
+(KF_TF32_TERMS 1) the split keeps only the big part, the fragment's bits where KF_PREROUNDED."""
 
 TC_LOOP = (
     r"""
