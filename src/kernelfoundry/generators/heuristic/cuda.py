@@ -23,7 +23,6 @@ from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
     CLUSTER_HEAD,
     CLUSTER_MOST,
-    CLUSTER_REDUCE,
     CLUSTER_SHARE,
     CLUSTER_SMEM_FLOATS,
     ONCHIP_MAX_ROW,
@@ -31,6 +30,7 @@ from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
     ONCHIP_SMEM_FLOATS,
     ONCHIP_THREADS,
     OnChipRows,
+    cluster_reduce,
 )
 from kernelfoundry.generators.heuristic.cuda_pools import PoolKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
@@ -190,7 +190,7 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             helpers = [
                 "#include <cooperative_groups.h>",
                 *helpers,
-                CLUSTER_REDUCE.replace("kf_block_reduce_warp", block),
+                cluster_reduce(block),
             ]
         lines += ["#include <cuda_runtime.h>", PRELUDE, *helpers]
         lines += [ALLOC, ""]

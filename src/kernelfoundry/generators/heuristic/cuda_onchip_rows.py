@@ -44,20 +44,28 @@ CACHED = "kf_c"  # the held element, in place of the operand's load
 # shared memory), the row statistics reduced across the cluster through distributed shared memory.
 CLUSTER_MOST = 8  # the portable cluster size
 CLUSTER_SMEM_FLOATS = 58112  # the 227 KB a block may take: scratch, the exchange slots and the share
-CLUSTER_HEAD = 1064  # floats before the share: the block reduction's 1024 + 33, two exchange slots
+CLUSTER_SCRATCH = ONCHIP_THREADS + 33  # the block reduction's scratch (kf_block_reduce_*)
+CLUSTER_XCHG = (CLUSTER_SCRATCH + 3) // 4 * 4  # the two exchange slots, past the scratch
+CLUSTER_HEAD = CLUSTER_XCHG + 4  # floats before the share, which starts 16-byte aligned
 CLUSTER_SHARE = ONCHIP_MIN_ROW + CLUSTER_SMEM_FLOATS - CLUSTER_HEAD  # elements a block holds at most
 SLOT = "kf_slot"  # the held element's storage, in a statistic that rewrites it (softmax's exp)
 
-CLUSTER_REDUCE = r"""
+
+def cluster_reduce(block_reduce: str) -> str:
+    """`kf_cluster_reduce`, each block's total taken by `block_reduce` (the unit's block reduction:
+    kf_block_reduce_warp or kf_block_reduce_tree)."""
+    return (
+        r"""
 /* v reduced over the blocks of the thread block cluster; every thread of every block gets the result.
-   Each block's total (the unit's block reduction: the warp-shuffle one here, or the tree) goes to its
-   exchange slot `xchg[parity]`; after the cluster's barrier every block combines the slots of all
-   through distributed shared memory. Two slots used in turn: a block writes one only after the barrier
-   that follows every block's reading of it. */
+   Each block's total (the unit's block reduction) goes to its exchange slot `xchg[parity]`; after the
+   cluster's barrier every block combines the slots of all through distributed shared memory. Two slots
+   used in turn: a block writes one only after the barrier that follows every block's reading of it. */
 template <int OP>
 __device__ float kf_cluster_reduce(float v, float* scratch, float* xchg, int& parity) {
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  v = kf_block_reduce_warp<OP>(v, scratch);
+  v = """
+        + block_reduce
+        + r"""<OP>(v, scratch);
   if (threadIdx.x == 0) xchg[parity] = v;
   cluster.sync();
   float t = *cluster.map_shared_rank(&xchg[parity], 0);
@@ -67,6 +75,21 @@ __device__ float kf_cluster_reduce(float v, float* scratch, float* xchg, int& pa
   return t;
 }
 """
+    )
+
+
+def held_sweep(lo: str, hi: str, in_registers: list[str], in_shared: list[str]) -> list[str]:
+    """A thread's sweep over the elements it holds of [lo, hi): threadIdx.x + 1024 i, the first
+    ONCHIP_PT in registers (the `in_registers` lines, `i` the register's index), the rest in shared
+    memory (the `in_shared` lines). The lines are taken as indented."""
+    start = "threadIdx.x" if lo == "0" else f"{lo} + threadIdx.x"
+    k = ["    #pragma unroll", f"    for (int i = 0; i < {ONCHIP_PT}; ++i) {{"]
+    k.append(f"      const int64_t j = {start} + (int64_t)i * {ONCHIP_THREADS};")
+    k += [f"      if (j < {hi}) {{", *in_registers, "      }", "    }"]
+    k.append("    #pragma unroll 4")
+    k.append(f"    for (int64_t j = {start} + {ONCHIP_MIN_ROW}; j < {hi}; j += {ONCHIP_THREADS}) {{")
+    k += [*in_shared, "    }"]
+    return k
 
 
 class OnChipRows(RowKernels):
@@ -102,15 +125,8 @@ class OnChipRows(RowKernels):
 
         def over_row(in_registers: list[str], in_shared: list[str], each: list[str]) -> list[str]:
             """`each` for every element the thread holds, `CACHED` set by the first lines."""
-            k = ["    #pragma unroll", f"    for (int i = 0; i < {ONCHIP_PT}; ++i) {{"]
-            k.append(f"      const int64_t j = threadIdx.x + (int64_t)i * {ONCHIP_THREADS};")
-            k.append("      if (j < R) {")
-            k += ["        " + line for line in in_registers] + each
-            k += ["      }", "    }"]
-            k.append("    #pragma unroll 4")
-            k.append(f"    for (int64_t j = threadIdx.x + {ONCHIP_MIN_ROW}; j < R; j += {ONCHIP_THREADS}) {{")
-            k += ["      {", *["        " + line for line in in_shared], *each, "      }", "    }"]
-            return k
+            indent = ["        " + line for line in in_registers]
+            return held_sweep("0", "R", indent + each, ["      " + line for line in in_shared] + each)
 
         k = [f"__global__ void __launch_bounds__({ONCHIP_THREADS}, 1)"]
         k.append(f"    {kname}_fcrows(int64_t outer, int64_t R,")
@@ -146,22 +162,16 @@ class OnChipRows(RowKernels):
         """`{kname}_crows`: a row op over rows of up to CLUSTER_MOST * CLUSTER_SHARE elements, a row a
         cluster (its size a launch attribute), one read and one write of DRAM."""
         held = f"kf_row[j - lo - {ONCHIP_MIN_ROW}]"
-        step = ONCHIP_THREADS
 
         def sweep(stmt: str) -> list[str]:
-            k = ["    #pragma unroll", f"    for (int i = 0; i < {ONCHIP_PT}; ++i) {{"]
-            k.append(f"      const int64_t j = lo + threadIdx.x + (int64_t)i * {ONCHIP_THREADS};")
-            k += ["      if (j < hi) {", "        const float xv = xr[i];"]
-            k += [f"        {stmt.replace(SLOT, 'xr[i]')}", "      }", "    }"]
-            k.append("    #pragma unroll 4")
-            k.append(f"    for (int64_t j = lo + threadIdx.x + {ONCHIP_MIN_ROW}; j < hi; j += {step}) {{")
-            k += [f"      const float xv = {held};", f"      {stmt.replace(SLOT, held)}", "    }"]
-            return k
+            in_registers = ["        const float xv = xr[i];", f"        {stmt.replace(SLOT, 'xr[i]')}"]
+            in_shared = [f"      const float xv = {held};", f"      {stmt.replace(SLOT, held)}"]
+            return held_sweep("lo", "hi", in_registers, in_shared)
 
         k = [f"__global__ void __launch_bounds__({ONCHIP_THREADS}, 1) {kname}_crows{signature} {{"]
         k.append("  extern __shared__ __align__(16) float kf_dyn[];  /* no static shared: one per cluster */")
         k.append("  float* const kf_scratch = kf_dyn;")
-        k.append("  float* const kf_xchg = kf_dyn + 1060;")
+        k.append(f"  float* const kf_xchg = kf_dyn + {CLUSTER_XCHG};")
         k.append(f"  float* const kf_row = kf_dyn + {CLUSTER_HEAD};  /* the share past the registers */")
         k.append("  int kf_parity = 0;")
         k.append("  const cooperative_groups::cluster_group kf_cluster = cooperative_groups::this_cluster();")
@@ -173,14 +183,7 @@ class OnChipRows(RowKernels):
         k.append("    const int64_t per = (R + kf_blocks - 1) / kf_blocks, lo = kf_rank * per;")
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
         k.append(f"    float xr[{ONCHIP_PT}];")
-        k.append("    #pragma unroll")
-        k.append(f"    for (int i = 0; i < {ONCHIP_PT}; ++i) {{")
-        k.append(f"      const int64_t j = lo + threadIdx.x + (int64_t)i * {ONCHIP_THREADS};")
-        k.append("      if (j < hi) {")
-        k += xb
-        k += [f"        xr[i] = {xv};", "      }", "    }"]
-        k.append(f"    for (int64_t j = lo + threadIdx.x + {ONCHIP_MIN_ROW}; j < hi; j += {step}) {{")
-        k += [*xb, f"        {held} = {xv};", "    }"]
+        k += held_sweep("lo", "hi", [*xb, f"        xr[i] = {xv};"], [*xb, f"        {held} = {xv};"])
         self._cluster = True
         try:
             k += self._stats(op, literal(float(self._eps)), sweep, False, slot=SLOT)
