@@ -181,7 +181,10 @@ def test_the_channels_last_path_copies_16_byte_runs_of_one_tap() -> None:
     assert "if (CI != (int64_t)KF_CIG * KF_GROUPS) return KF_ERR_BAD_ARGUMENTS;" in code
     # K ordered (tap, channel): one decode a run of four channels, one bounds check a pixel
     assert "const int t = gk / KF_CIG, ci = gk - t * KF_CIG;" in code
-    assert "ok ? W + (int64_t)((d * geo.IH + h) * geo.IW + w) * geo.CI + ci : W, ok);" in code
+    # a tap's input offset is the pixel's plus the tap's (a forward conv's taps are linear)
+    assert "qoff[u] = (qd[u] * geo.IH + qh[u]) * geo.IW + qw[u];" in code
+    assert "const int toff = (td * geo.IH + th) * geo.IW + tw;" in code
+    assert "ok ? W + (int64_t)(qoff[u] + toff) * geo.CI + ci : W, ok);" in code
     assert "kf_cp16_l1(&Bs[st][prow + KF_PIXEL_STEP * u][run]," in code
     # the stages are pixel-major (k-contiguous), and so are the fragment reads
     assert "#define KF_B_FRAG(k, c) Bs[cur][c][k]" in code

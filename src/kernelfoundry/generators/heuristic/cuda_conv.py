@@ -215,6 +215,29 @@ def _loads(plan: ConvPlan) -> str:
     )
 
 
+def _linear_taps(plan: ConvPlan) -> bool:
+    """Whether a tap's input position is the pixel's first plus the tap's offset along every axis (a
+    forward conv, or a transposed one of stride 1 minus it): its offset in the input's plane is then the
+    pixel's plus the tap's, one add a copy where the position is otherwise recomputed."""
+    return not phases.phased(plan) and (not plan.transposed or all(s == 1 for s in plan.stride))
+
+
+def _pixel_offsets(plan: ConvPlan) -> str:
+    """The linear taps' per-pixel setup: each pixel's first position as an offset in the input's plane,
+    and the bounds of an axis with one tap (the pixel's own position there) decided once."""
+    if not _linear_taps(plan):
+        return ""
+    return r"""  int qoff[KF_PASSES];  /* the pixel's first input position: its offset in the input's plane */
+  #pragma unroll
+  for (int u = 0; u < KF_PASSES; ++u) {
+    qoff[u] = (qd[u] * geo.IH + qh[u]) * geo.IW + qw[u];
+    if (KF_KD == 1) qin[u] = qin[u] && (unsigned)qd[u] < (unsigned)geo.ID;
+    if (KF_KH == 1) qin[u] = qin[u] && (unsigned)qh[u] < (unsigned)geo.IH;
+    if (KF_KW == 1) qin[u] = qin[u] && (unsigned)qw[u] < (unsigned)geo.IW;
+  }
+"""
+
+
 def _nhwc_prologue(plan: ConvPlan) -> str:
     """The channels-last path's block setup: W is the image's NHWC input at the group's first channel,
     X the group's filters as (M, taps x KF_CIG). A pixel's k slice is BK / 4 runs of 16 bytes; thread
@@ -235,6 +258,7 @@ def _nhwc_prologue(plan: ConvPlan) -> str:
 """
         + _phase_setup(plan)
         + _pixel_positions(plan, "KF_PASSES", "n0 + prow + KF_PIXEL_STEP * u")
+        + _pixel_offsets(plan)
     )
 
 
@@ -251,6 +275,15 @@ def _nhwc_loads(plan: ConvPlan) -> str:
             "const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH,"
             " tw = t % KF_KW * KF_DW;"
         )
+    if _linear_taps(plan):
+        sign = "-" if plan.transposed else "+"
+        at = f"const int d = qd[u] {sign} td, h = qh[u] {sign} th, w = qw[u] {sign} tw;"
+        # an axis of one tap was checked once a pixel (_pixel_offsets); the others as unsigned ranges
+        ok = " &&\n                        ".join(
+            f"(KF_K{a} == 1 || (unsigned){a.lower()} < (unsigned)geo.I{a})" for a in _AXES
+        )
+        decode += "\n    const int toff = (td * geo.IH + th) * geo.IW + tw;  /* its offset in the plane */"
+        index = f"qoff[u] {sign} toff"
     return (
         _LOAD_A
         + f"""  auto load_b = [&](int st, int k0) {{
