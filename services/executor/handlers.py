@@ -7,8 +7,10 @@ The record names the executor and the device that evaluated it (details `executo
 busy seconds are counted (kf_executor_busy_seconds_total). An evaluation the judge could not make because
 the device's memory was held by other processes (a validation or another executor on the same GPU: the
 judge's own allocation failed, or the runner's placing a shape's buffers before the candidate's code ran,
-not the candidate's) is no verdict on the candidate: the request comes back later (MEMORY_RETRIES
-deliveries, growing delays) before such a failure is published.
+not the candidate's) is no verdict on the candidate: the request comes back later, after delays that
+double from MEMORY_RETRY_DELAY_S (15, 30, 60, 120 s: a validation of a task with inputs of several GB
+holds tens of GB for a minute or more), and only at its MEMORY_RETRIES-th delivery (never past the
+consumer's own limit of deliveries) is such a failure published as the verdict.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2, evaluation_pb2
 
 RECENT_RESULTS = 256
-MEMORY_RETRIES = 3  # deliveries of a request whose judge ran out of device memory before it is failed
-MEMORY_RETRY_DELAY_S = 15.0
+MEMORY_RETRIES = 5  # deliveries of a request whose judge ran out of device memory before it is failed
+MEMORY_RETRY_DELAY_S = 15.0  # the first delay; each later one doubles
 log = get_logger(__name__)
 
 
@@ -101,12 +103,16 @@ class EvaluateHandler:
         settings: EvaluationSettings,
         metrics: Metrics | None = None,
         identity: ExecutorIdentity | None = None,
+        max_deliver: int = MEMORY_RETRIES,
     ):
+        """`max_deliver`: the consumer's deliveries before it dead-letters a request; a request out of
+        device memory is published as failed at the last of them if that comes before MEMORY_RETRIES."""
         self.bus = bus
         self.worker = worker
         self.settings = settings
         self.metrics = metrics
         self.identity = identity or ExecutorIdentity(name="", device=worker.device, host="")
+        self.memory_retries = max(1, min(MEMORY_RETRIES, max_deliver))
         self._recent: OrderedDict[str, evaluation_pb2.EvaluationFinished] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -159,7 +165,7 @@ class EvaluateHandler:
             max_abs_error=report.max_abs_error,
             tolerance=[report.tolerance_atol, report.tolerance_rtol],
         )
-        if judge_out_of_memory(report) and delivery.deliveries < MEMORY_RETRIES:
+        if judge_out_of_memory(report) and delivery.deliveries < self.memory_retries:
             log.warning(
                 "evaluation deferred: the device's memory was held elsewhere",
                 candidate_id=request.candidate_id,
@@ -169,7 +175,7 @@ class EvaluateHandler:
             raise Retry(
                 f"candidate {request.candidate_id}: the evaluation ran out of device memory: "
                 f"{report.message[:200]}",
-                delay_s=MEMORY_RETRY_DELAY_S * delivery.deliveries,
+                delay_s=MEMORY_RETRY_DELAY_S * 2 ** (delivery.deliveries - 1),
             )
         event = report_to_event(request, report, self.identity)
         self._remember(request.candidate_id, event)

@@ -66,7 +66,8 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         settings.executor_name, device, socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES")
     )
     log.info("executor ready", hardware=hardware, executor=identity.name, device=identity.device)
-    handler = EvaluateHandler(bus, worker, evaluation_settings(settings, device), metrics, identity)
+    evaluation = evaluation_settings(settings, device)
+    handler = EvaluateHandler(bus, worker, evaluation, metrics, identity, max_deliver=settings.max_deliver)
     consumer = make_consumer(
         settings,
         bus,

@@ -182,13 +182,29 @@ async def test_an_evaluation_out_of_device_memory_brings_the_request_back_then_f
     judge = ScriptedJudge(oom)
     await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
     handler = handler_for(bus, judge)
+    delays = []
     for attempt in range(1, MEMORY_RETRIES):
         with pytest.raises(Retry, match="out of device memory") as retry:
             await handler(request(), Delivery(subject=SUBJECT, deliveries=attempt, stream_sequence=1))
-        assert retry.value.delay_s > 0
+        delays.append(retry.value.delay_s)
+    # each wait doubles: the memory other processes hold is freed in its own time (minutes at most)
+    assert delays == [15.0 * 2**k for k in range(MEMORY_RETRIES - 1)] and sum(delays) >= 200
     (out,) = await handler(request(), Delivery(subject=SUBJECT, deliveries=MEMORY_RETRIES, stream_sequence=1))
     assert not out.message.correct and out.message.reason == reason
     assert len(judge.requests) == MEMORY_RETRIES
+
+
+async def test_out_of_device_memory_is_published_as_failed_before_the_consumer_would_dead_letter_it() -> None:
+    """A deployment that allows fewer deliveries than MEMORY_RETRIES still gets a verdict: the last
+    delivery the consumer allows publishes the failure instead of asking for one it would not make."""
+    bus = InMemoryBus()
+    judge = ScriptedJudge(EvaluationReport.failure("judge_out_of_memory", "CUDA out of memory."))
+    await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
+    handler = EvaluateHandler(bus, judge, EvaluationSettings(), max_deliver=2)  # type: ignore[arg-type]
+    with pytest.raises(Retry):
+        await handler(request(), Delivery(subject=SUBJECT, deliveries=1, stream_sequence=1))
+    (out,) = await handler(request(), Delivery(subject=SUBJECT, deliveries=2, stream_sequence=1))
+    assert out.message.reason == "judge_out_of_memory"
 
 
 async def test_a_candidate_that_runs_out_of_memory_itself_is_a_verdict_at_once() -> None:
