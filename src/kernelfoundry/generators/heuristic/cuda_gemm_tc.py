@@ -117,7 +117,26 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     + TILE_STATE
 )
 
-TC_STEP = r"""    #pragma unroll
+_MMA_TILES = r"""        #pragma unroll
+        for (int t = 0; t < KF_WN; ++t) {
+          float& c0 = acc[mt * 2][t * 2];
+          float& c1 = acc[mt * 2][t * 2 + 1];
+          float& c2 = acc[mt * 2 + 1][t * 2];
+          float& c3 = acc[mt * 2 + 1][t * 2 + 1];
+          if (KF_TF32_TERMS == 3) {  /* the small terms first */
+            kf_mma(c0, c1, c2, c3, al, bh[t][0], bh[t][1]);
+            kf_mma(c0, c1, c2, c3, ah, bl[t][0], bl[t][1]);
+          }
+          kf_mma(c0, c1, c2, c3, ah, bh[t][0], bh[t][1]);
+        }
+      }
+    }
+"""
+"""The end of a k8 step: the m16 tile mt's fragments (ah, al) against the warp's KF_WN n8 tiles' (bh, bl),
+3xTF32's small terms first; then the loops of mt and k8 close."""
+
+TC_STEP = (
+    r"""    #pragma unroll
     for (int k8 = 0; k8 < BK; k8 += 8) {
       uint32_t bh[KF_WN][2], bl[KF_WN][2];
       #pragma unroll
@@ -134,21 +153,9 @@ TC_STEP = r"""    #pragma unroll
         kf_split_tf32(KF_A_FRAG(k8 + tig, r + 8), ah[1], al[1]);
         kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r), ah[2], al[2]);
         kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r + 8), ah[3], al[3]);
-        #pragma unroll
-        for (int t = 0; t < KF_WN; ++t) {
-          float& c0 = acc[mt * 2][t * 2];
-          float& c1 = acc[mt * 2][t * 2 + 1];
-          float& c2 = acc[mt * 2 + 1][t * 2];
-          float& c3 = acc[mt * 2 + 1][t * 2 + 1];
-          if (KF_TF32_TERMS == 3) {  /* the small terms first */
-            kf_mma(c0, c1, c2, c3, al, bh[t][0], bh[t][1]);
-            kf_mma(c0, c1, c2, c3, ah, bl[t][0], bl[t][1]);
-          }
-          kf_mma(c0, c1, c2, c3, ah, bh[t][0], bh[t][1]);
-        }
-      }
-    }
 """
+    + _MMA_TILES
+)
 """One shared tile's MMAs: BK / 8 k8 steps of the warp's (BM / 2) x (8 KF_WN) piece. The loop supplies
 KF_A_FRAG(k, r) and KF_B_FRAG(k, c): the shared elements A(r, k) and B(k, c) of the slice in use."""
 
@@ -189,7 +196,8 @@ its warps then wait on the wide reads themselves (short_scoreboard 0.08 -> 0.71:
 are none to load the next k16 ahead), and 8 of 11 level-1 convs ran 1-18% slower (71 and 78 5-7% faster,
 76 the same): the conv family declares it a tunable, off by default."""
 
-TC_STEP_LDSM = r"""    #pragma unroll
+TC_STEP_LDSM = (
+    r"""    #pragma unroll
     for (int k8 = 0; k8 < BK; k8 += 8) {
       uint32_t bh[KF_WN][2], bl[KF_WN][2];
       #pragma unroll
@@ -210,21 +218,9 @@ TC_STEP_LDSM = r"""    #pragma unroll
         kf_ldsm_x4(q, &KF_A_FRAG(k8 + (lane >> 4) * 4, wm * (BM / 2) + mt * 16 + (lane & 15)));
         #pragma unroll
         for (int i = 0; i < 4; ++i) kf_split_tf32(__uint_as_float(q[i]), ah[i], al[i]);
-        #pragma unroll
-        for (int t = 0; t < KF_WN; ++t) {
-          float& c0 = acc[mt * 2][t * 2];
-          float& c1 = acc[mt * 2][t * 2 + 1];
-          float& c2 = acc[mt * 2 + 1][t * 2];
-          float& c3 = acc[mt * 2 + 1][t * 2 + 1];
-          if (KF_TF32_TERMS == 3) {  /* the small terms first */
-            kf_mma(c0, c1, c2, c3, al, bh[t][0], bh[t][1]);
-            kf_mma(c0, c1, c2, c3, ah, bl[t][0], bl[t][1]);
-          }
-          kf_mma(c0, c1, c2, c3, ah, bh[t][0], bh[t][1]);
-        }
-      }
-    }
 """
+    + _MMA_TILES
+)
 """TC_STEP with the fragments read by `ldmatrix` (kf_ldsm_x4), for k-contiguous A and B rows (KF_A_FRAG(k,
 r) and KF_B_FRAG(k, c) adjacent in k, rows 16-byte aligned at every fourth k): one instruction reads an
 m16 tile's A fragment of a k8 step, one the B fragments of two n8 tiles, where TC_STEP issues four
