@@ -96,6 +96,14 @@ def sample_of(items: list[Any], k: int, n: int) -> list[Any]:
     return items[k - 1 :: n]
 
 
+def names_task(name: str, path: Path) -> bool:
+    """Whether `name` names the task file `path`: its stem (`19_ReLU`) or `levelL/stem`, or, shorter, its
+    problem number with its level (`level1/19`)."""
+    qualified = f"level{path.parent.name[-1]}/{path.stem}"
+    number = f"level{path.parent.name[-1]}/{path.stem.split('_', 1)[0]}"
+    return name in (path.stem, qualified, number)
+
+
 def select(
     kernelbench: Path,
     levels: Iterable[str],
@@ -107,8 +115,10 @@ def select(
     if sample:
         paths = sample_of(paths, *parse_chunk(sample))
     if only:
-        wanted = set(only)
-        paths = [p for p in paths if p.stem in wanted or f"level{p.parent.name[-1]}/{p.stem}" in wanted]
+        unmatched = [name for name in only if not any(names_task(name, p) for p in paths)]
+        if unmatched:
+            raise ValueError(f"no task of the selected levels is named {', '.join(unmatched)}")
+        paths = [p for p in paths if any(names_task(name, p) for name in only)]
     if chunk:
         paths = chunk_of(paths, *parse_chunk(chunk))
     return paths
@@ -343,7 +353,10 @@ def run(args: argparse.Namespace) -> None:
     if args.budget > MAX_BUDGET:
         raise SystemExit(f"--budget is at most {MAX_BUDGET} evaluations per task, got {args.budget}")
     levels = [args.level] if args.level else list(LEVELS)
-    paths = select(Path(args.kernelbench), levels, args.chunk, args.only, args.sample)
+    try:
+        paths = select(Path(args.kernelbench), levels, args.chunk, args.only, args.sample)
+    except ValueError as exc:
+        raise SystemExit(f"kernelbench.py: {exc}") from None
     results = Path(args.results[0]) if args.results else RESULTS / f"kernelbench_{args.backend}.jsonl"
     done = {r["task"] for r in read_rows([results])}
     todo = [p for p in paths if task_key(p) not in done]
@@ -512,7 +525,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--level", choices=LEVELS, default=None)
     r.add_argument("--chunk", default=None, help="K/N: the K-th of N parts of the selected tasks")
     r.add_argument("--sample", default=None, help="K/N: every N-th task from the K-th (a spread sample)")
-    r.add_argument("--only", nargs="*", default=None, help="task file stems (or levelL/stem)")
+    r.add_argument("--only", nargs="*", default=None, help="stems, levelL/stem or levelL/N (problem N)")
     r.add_argument("--budget", type=int, default=MAX_BUDGET, help=f"evaluations per task (<= {MAX_BUDGET})")
     r.add_argument("--population", type=int, default=2, help="generation requests per iteration")
     r.add_argument("--parallel-runs", type=int, default=1, help="runs the system searches at once")

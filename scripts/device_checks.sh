@@ -14,7 +14,7 @@
 #   probe-grid tests/kernelbench/probe_pointwise_grid.py: the pointwise seed's grid capped and uncapped at
 #              KernelBench's sizes, per BLOCK and PER_THREAD, against eager and a copy
 #   probe-kernels tests/kernelbench/probe_candidate_kernels.py: eager, torch.compile and the first
-#              KF_PROBE_SEEDS (2) CUDA candidates of the KF_PROBE_TASKS (level/stem) kernel by kernel, and
+#              KF_PROBE_SEEDS (2) CUDA candidates of the KF_PROBE_TASKS (level/stem or level/N) kernel by kernel, and
 #              each again built with every KF_PROBE_PARAMS set (NAME=V[,NAME=V...], space-separated sets);
 #              KF_PROBE_NO_COMPILE=1 skips torch.compile
 #   ncu-kernels Nsight Compute (--set full, clocks left alone) over one launch per KF_NCU_KERNELS pattern
@@ -27,7 +27,7 @@
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
 # Limits per step come from KF_STEP_LIMIT_<STEP> (seconds; defaults below); the whole call must end inside
 # the device's 600 s per command. KF_KB_BUDGET and KF_KB_PARALLEL set the bench's evaluations per task and runs
-# at once (8 and 4), KF_KB_LEVEL one level, KF_KB_ONLY named tasks (stems) within the selection. KF_GPU_TESTS_K narrows
+# at once (8 and 4), KF_KB_LEVEL one level, KF_KB_ONLY named tasks (stems, level/stem or level/N) within the selection. KF_GPU_TESTS_K narrows
 # the GPU tests (pytest -k), KF_GPU_TESTS_PATHS replaces their paths, KF_AB_ONLY the A/B's tasks.
 set -uo pipefail
 out="${OUT:-/tmp/kf-out}"

@@ -2,7 +2,7 @@
 first CUDA candidates, kernel by kernel.
 
     python3 tests/kernelbench/probe_candidate_kernels.py [--seeds N] [--no-compile] [--no-profile]
-        [--params NAME=V[,NAME=V...]]... [LEVEL/STEM ...]
+        [--params NAME=V[,NAME=V...]]... [LEVEL/STEM or LEVEL/N ...]
 
 For each task (../shared/kernelbench or $KF_KERNELBENCH, at KernelBench's sizes): the median of 10
 calls (CUDA events, 3 warm-ups, no cache flush: an indication, not the evaluator's figure) of eager,
@@ -103,6 +103,18 @@ def candidate_call(source: Any, unit: Unit, model: nn.Module, inputs: list[Any],
     return call
 
 
+def task_path(task_id: str) -> Path:
+    """The task file of `levelL/stem`, or of `levelL/N` (its problem number)."""
+    exact = KB / f"{task_id}.py"
+    if exact.exists():
+        return exact
+    level, _, number = task_id.partition("/")
+    found = sorted((KB / level).glob(f"{number}_*.py"))
+    if len(found) != 1:
+        raise ValueError(f"{task_id} names {len(found)} task files under {KB}, not one")
+    return found[0]
+
+
 def probe(
     task_id: str,
     seeds: int,
@@ -111,7 +123,7 @@ def probe(
     profile: bool = True,
     param_sets: list[dict[str, str]] | None = None,
 ) -> None:
-    path = KB / f"{task_id}.py"
+    path = task_path(task_id)
     task = Task(path.stem, path.read_text(), (ShapeVariant("full"),))
     ref = instantiate(task, task.shapes[0], seed=1, device="cuda")
     model, inputs = ref.model, ref.inputs

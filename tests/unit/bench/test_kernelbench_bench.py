@@ -95,6 +95,11 @@ def test_tasks_are_ordered_by_problem_number_and_selected_by_name(tmp_path: Path
     assert [p.stem for p in level_files(tmp_path, "1")] == ["1_C", "2_A", "10_B"]
     assert [p.stem for p in select(tmp_path, ["1"], None, ["2_A"])] == ["2_A"]
     assert [p.stem for p in select(tmp_path, ["1"], "2/2", None)] == ["2_A", "10_B"]
+    # levelL/stem, and the short levelL/N by problem number (1 is not 10)
+    assert [p.stem for p in select(tmp_path, ["1"], None, ["level1/10_B", "level1/1"])] == ["1_C", "10_B"]
+    # a name that selects nothing is an error, not a silently smaller run
+    with pytest.raises(ValueError, match="level1/3, 2_B"):
+        select(tmp_path, ["1"], None, ["2_A", "level1/3", "2_B"])
 
 
 def test_the_results_file_is_appended_and_a_cut_line_is_skipped(tmp_path: Path) -> None:
