@@ -29,6 +29,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "generators"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from kernelbench import LEVELS, select  # the bench's task names: levelL/stem or levelL/N
 from native import Unit, build_unit
 from probe_conv_layouts import ms  # the same timing as the layout probe's
 
@@ -104,15 +106,9 @@ def candidate_call(source: Any, unit: Unit, model: nn.Module, inputs: list[Any],
 
 
 def task_path(task_id: str) -> Path:
-    """The task file of `levelL/stem`, or of `levelL/N` (its problem number)."""
-    exact = KB / f"{task_id}.py"
-    if exact.exists():
-        return exact
-    level, _, number = task_id.partition("/")
-    found = sorted((KB / level).glob(f"{number}_*.py"))
-    if len(found) != 1:
-        raise ValueError(f"{task_id} names {len(found)} task files under {KB}, not one")
-    return found[0]
+    """The task file of `levelL/stem`, or of `levelL/N` (its problem number): the bench's own selection."""
+    (path,) = select(KB, LEVELS, None, [task_id])
+    return path
 
 
 def probe(
