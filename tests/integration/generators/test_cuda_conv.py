@@ -122,15 +122,17 @@ GPU_COMBOS = [  # the defaults (BM 32 or 64 for these channel counts, warps of 8
     {"BM": 128, "BK": 8, "KF_STAGES": 2, "KF_WN": 4},
     {"BM": 128, "BK": 32, "KF_STAGES": 4},
 ]
-LDSM_COMBOS = [  # the channels-last units' ldmatrix fragment reads, at the defaults and the widest slices
-    {"KF_LDSM": 1},
-    {"KF_LDSM": 1, "BM": 128, "BK": 32, "KF_STAGES": 4, "KF_WN": 4},
+FOUR_BYTE_COMBOS = [  # the channels-last units' 4-byte fragment reads (ldmatrix off), at the defaults and
+    # the widest slices
+    {"KF_LDSM": 0},
+    {"KF_LDSM": 0, "BM": 128, "BK": 32, "KF_STAGES": 4, "KF_WN": 4},
 ]
 
 
 def gpu_combos(nhwc: bool) -> list[dict[str, int]]:
-    """The tilings the GPU tests judge a unit at: the ldmatrix reads besides where its rows are NHWC."""
-    return GPU_COMBOS + LDSM_COMBOS if nhwc else GPU_COMBOS
+    """The tilings the GPU tests judge a unit at: where its rows are NHWC (ldmatrix reads by default), the
+    4-byte reads besides."""
+    return GPU_COMBOS + FOUR_BYTE_COMBOS if nhwc else GPU_COMBOS
 
 
 def conv_task(name: str, tf32: bool) -> Task:
@@ -192,11 +194,11 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     units += [with_params(runs, combo) for combo in COMBOS]
     # its 16-byte fragment reads (TC_STEP_K16) at every BK of 16 or more
     units += [with_params(runs, {**combo, "KF_WIDE_FRAGS": 1}) for combo in COMBOS if combo["BK"] >= 16]
-    # its ldmatrix fragment reads (TC_STEP_LDSM), one TF32 product and three: every BM, BK and warp width
-    # between the two
+    # its 4-byte fragment reads (TC_STEP, ldmatrix off), one TF32 product and three: every BM, BK and warp
+    # width between the two
     runs3 = conv_source(conv_task("2d_runs", False), False, channels_last=True)
-    units += [with_params(runs, {**combo, "KF_LDSM": 1}) for combo in COMBOS[::3]]
-    units += [with_params(runs3, {**combo, "KF_LDSM": 1}) for combo in COMBOS[1::3]]
+    units += [with_params(runs, {**combo, "KF_LDSM": 0}) for combo in COMBOS[::3]]
+    units += [with_params(runs3, {**combo, "KF_LDSM": 0}) for combo in COMBOS[1::3]]
     # phased (a strided transposed conv): its tap table in shared memory beside the deepest stages
     phased = conv_source(conv_task("t3d_runs", False), False, channels_last=True)
     units += [with_params(phased, combo) for combo in COMBOS if combo["KF_STAGES"] == 4]

@@ -41,13 +41,15 @@ def test_conv_units_match_torch_under_emulation(name: str, tf32: bool, tmp_path:
 
 
 @pytest.mark.parametrize(
-    "params", [{"KF_WIDE_FRAGS": 1}, {"KF_WIDE_FRAGS": 1, "BK": 32, "BM": 128}, {"KF_WIDE_FRAGS": 0}]
+    "params",
+    [{"KF_WIDE_FRAGS": 1}, {"KF_WIDE_FRAGS": 1, "BK": 32, "BM": 128}, {"KF_WIDE_FRAGS": 0, "KF_LDSM": 0}],
 )
 def test_the_channels_last_one_product_conv_pairs_its_16_byte_fragments(params: dict, tmp_path: Path) -> None:
     """TC_STEP_K16 reads a thread's k slots 4 tig .. 4 tig + 3 of an A row and a B row at once and feeds
     them to two k8 MMAs: A's and B's slots must pair (a slot of one against another's would sum wrong
     products), the unpadded stage rows stay 16-byte aligned (the emulation checks every float4 access)
-    and a K that ends inside a k16 reads the zeros past it. Against the 4-byte reads of KF_WIDE_FRAGS 0."""
+    and a K that ends inside a k16 reads the zeros past it. Against the 4-byte reads (KF_WIDE_FRAGS 0 with
+    ldmatrix off)."""
     import torch
 
     t = conv_task("2d_grouped_vec", True)  # K = 36 a group: two k16 and four k past them

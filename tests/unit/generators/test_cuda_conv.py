@@ -203,8 +203,8 @@ def test_only_the_channels_last_one_product_unit_reads_its_fragments_16_bytes_wi
         if v is None or not v.gemm:
             continue
         assert (wide in c.source.code) == (v.channels_last and v.tf32), v
-        # ldmatrix reads wherever both stage tiles are k-contiguous: every channels-last unit
-        ldsm = "// @kf.tunable KF_LDSM in [0, 1] default 0"
+        # ldmatrix reads wherever both stage tiles are k-contiguous: every channels-last unit, by default
+        ldsm = "// @kf.tunable KF_LDSM in [0, 1] default 1"
         assert (ldsm in c.source.code) == v.channels_last, v
         assert "#define KF_FRAG_LDSM (KF_LDSM && KF_NHWC && !KF_FRAG16)" in c.source.code
         # where the tunable is absent the width follows from the unit (NCHW or 3xTF32: 4 bytes)

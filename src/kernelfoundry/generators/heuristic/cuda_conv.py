@@ -315,7 +315,8 @@ static_assert(KF_STAGES >= 2 && KF_STAGES <= 4, "KF_STAGES must be 2, 3 or 4");
 #define KF_WIDE_FRAGS 0
 #endif
 #define KF_FRAG16 (KF_WIDE_FRAGS && KF_NHWC && KF_TF32_TERMS == 1 && BK % 16 == 0)
-/* fragments read by ldmatrix (TC_STEP_LDSM) where both operands' rows are k-contiguous (KF_LDSM 1) */
+/* fragments read by ldmatrix (TC_STEP_LDSM) where both operands' rows are k-contiguous (KF_LDSM 1, the
+   default of every channels-last unit; 0: the 4-byte reads of TC_STEP) */
 #ifndef KF_LDSM
 #define KF_LDSM 0
 #endif
@@ -628,9 +629,10 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if nhwc and variant.tf32:  # the fragment reads' width, where 16 bytes apply (BK 16 or 32): swept
         tunables.append("// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 0")
         defaults["KF_WIDE_FRAGS"] = 0
-    if nhwc:  # the fragments read by ldmatrix (both operands' rows k-contiguous): swept
-        tunables.append("// @kf.tunable KF_LDSM in [0, 1] default 0")
-        defaults["KF_LDSM"] = 0
+    if nhwc:  # the fragments read by ldmatrix (both operands' rows k-contiguous): on by default (faster on
+        # 11 of 11 level-1 channels-last convs on the H100, bench/results/h100_2026-12-06/), swept
+        tunables.append("// @kf.tunable KF_LDSM in [0, 1] default 1")
+        defaults["KF_LDSM"] = 1
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
