@@ -231,3 +231,22 @@ def test_a_pointwise_conv_keeps_the_nchw_gather_first() -> None:
     found = seeds(conv_task("nn.Conv2d(8, 16, 1)", "2, 8, 13, 11"))
     order = [(v.tf32, v.channels_last) for c in found[:4] if (v := parse_variant(c.source.code)) and v.gemm]
     assert order == [(True, False), (False, False), (True, True), (False, True)]
+
+
+def test_the_channels_last_tf32_conv_of_128_rows_takes_two_blocks_of_128_by_128_tiles() -> None:
+    """At BM 128 (a group of 128 output channels or more) the channels-last one-TF32-product unit defaults
+    to warps 32 pixels wide and two blocks an SM (cuDNN's 128 x 128 tiles); NCHW and 3xTF32 units, and
+    narrower BM, keep warps 64 pixels wide."""
+    t = conv_task("nn.Conv2d(16, 128, 3, padding=1)", "2, 16, 13, 11")
+    checked = 0
+    for c in seeds(t):
+        v = parse_variant(c.source.code)
+        if v is None or not v.gemm:
+            continue
+        code = c.source.code
+        assert "// @kf.tunable BM in [32, 64, 128] default 128" in code
+        narrow = v.channels_last and v.tf32
+        assert f"// @kf.tunable KF_WN in [4, 8] default {4 if narrow else 8}" in code, v
+        assert f"// @kf.tunable KF_MIN_BLOCKS in [1, 2] default {2 if narrow else 1}" in code, v
+        checked += narrow
+    assert checked, "no channels-last TF32 unit among the seeds"
