@@ -37,6 +37,8 @@ from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
 
 # Shared memory a depthwise tile may take (bytes); above it the generic convolution kernel is used.
 DEPTHWISE_TILE_BYTES = 40 * 1024
+# Loads of a depthwise input tile a thread keeps in flight (registers) before storing them to shared memory
+DEPTHWISE_LOADS_IN_FLIGHT = 16
 
 _CHECK = "  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;\n}"
 
@@ -723,7 +725,8 @@ def _depthwise(k: OpKernel, e: str) -> tuple[str, str]:
     _, ph, pw = p["padding"]
     _, dh, dw = p["dilation"]
     bx, by, rows, in_rows, in_cols = _depthwise_tile(k)
-    th = by * rows
+    th, threads, total = by * rows, bx * by, in_rows * in_cols
+    unroll = min(DEPTHWISE_LOADS_IN_FLIGHT, -(-total // threads))
     kernels = f"""/* Depthwise convolution: a {th}x{bx} output tile of one (n, channel) per block, its
    {in_rows}x{in_cols} input tile in shared memory (zero padding included), the {kh}x{kw} filter in
    registers, {rows} output rows a thread. Filter, stride {sh}x{sw}, padding {ph}x{pw} and dilation
@@ -743,9 +746,21 @@ __global__ void __launch_bounds__({bx * by}) {e}_dw(const {e}_p p) {{
     for (int i = 0; i < {kh * kw}; ++i) wr[i] = __ldg(p.w + co * {kh * kw} + i);
     const float b0 = p.b ? __ldg(p.b + co) : 0.0f;
     __syncthreads();
-    for (int t = tid; t < {in_rows * in_cols}; t += {bx * by}) {{
-      const int r = t / {in_cols}, q = t % {in_cols}, ih = ih0 + r, iw = iw0 + q;
-      tile[r][q] = (ih >= 0 && ih < IH && iw >= 0 && iw < IW) ? __ldg(xc + (int64_t)ih * IW + iw) : 0.0f;
+    /* {unroll} loads a thread issued before the first lands (a store waiting for each load kept one in
+       flight a thread) */
+    for (int t0 = tid; t0 < {total}; t0 += {unroll * threads}) {{
+      float lv[{unroll}];
+      #pragma unroll
+      for (int u = 0; u < {unroll}; ++u) {{
+        const int t = t0 + u * {threads}, r = t / {in_cols}, q = t % {in_cols}, ih = ih0 + r, iw = iw0 + q;
+        lv[u] = (t < {total} && ih >= 0 && ih < IH && iw >= 0 && iw < IW) ? __ldg(xc + (int64_t)ih * IW + iw)
+                                                                       : 0.0f;
+      }}
+      #pragma unroll
+      for (int u = 0; u < {unroll}; ++u) {{
+        const int t = t0 + u * {threads};
+        if (t < {total}) tile[t / {in_cols}][t % {in_cols}] = lv[u];
+      }}
     }}
     __syncthreads();
     float* __restrict__ oc = p.o + z * (int64_t)OH * OW;
