@@ -114,6 +114,14 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "torch.mean(torch.clamp(1 - x * t, min=0))",
         "torch.randn(67, 4100), torch.randn(4100)",
     ),
+    # rows of a multiple of 4 (float4 from the row's start): the per-column operand read four positions at
+    # a time where it is 16-byte aligned
+    "hinge_loss_rows_float4": (
+        "        pass",
+        "x, t",
+        "torch.sum(torch.clamp(1 - x * t, min=0), dim=-1)",
+        "torch.randn(5, 3, 1028), torch.randn(1028)",
+    ),
     "hinge_loss_odd_rows": (
         "        pass",
         "x, t",
@@ -465,6 +473,38 @@ def test_a_softmax_over_a_middle_dim_runs_in_a_generated_kernel(case: str) -> No
     assert not any("torch.softmax" in k.glue or "torch.log_softmax" in k.glue for k in kernels)
     paths = {"regs" if "_midregs<" in k.code else "two-pass" for k in kernels}
     assert paths == {"regs", "two-pass"}  # Variant.cache_rows on and off among the seeds
+
+
+ALIGNED_ROWS = "(((uintptr_t)L_t) % 16 == 0) && (R % 4 == 0)"
+
+
+@pytest.mark.parametrize(
+    ("case", "read", "allowed"),
+    [
+        # a full reduction: the position wraps at the operand's size (kf_divider)
+        (
+            "hinge_loss_split_float4",
+            "L_t[kf_mod(a1n, j)]",
+            f"{ALIGNED_ROWS} && (a1n.d % 4 == 0)",
+        ),
+        # rows of the operand's size: the position is the element
+        ("hinge_loss_rows_float4", "L_t[j]", ALIGNED_ROWS),
+    ],
+)
+def test_an_operand_read_by_its_position_along_the_row_is_read_four_positions_at_a_time(
+    case: str, read: str, allowed: str
+) -> None:
+    """A per-column operand of a reduction (a hinge loss's target) is one 16-byte load for the four
+    components of a float4 element where its size is a multiple of 4 and it is aligned (checked in the
+    kernel), and a read a component otherwise."""
+    _, kernels = seeds(case)
+    swept = [k.code for k in kernels if "float4 w0[PER_THREAD];" in k.code]
+    assert swept
+    for code in swept:
+        assert f"if ({allowed}) {{" in code
+        assert f"q0 = *reinterpret_cast<const float4*>(&{read});" in code
+        assert "q0.x" in code and "q0.w" in code
+        assert read in code.split(f"if ({allowed}) {{", 1)[1].split("} else {", 1)[1]  # one by one
 
 
 @pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")

@@ -102,16 +102,20 @@ class EmitterBase:
     def _float4_components(
         self, step: Step, src: Ref, full: list[tuple[int, Leaf]], loads: dict, indent: str, lane: str,
         stmt: Callable[[str, str], str], position: Callable[[int], str] | None = None,
+        quads: dict[Leaf, str] | None = None,
     ) -> list[str]:  # fmt: skip
         """The step's value for each component of a float4 element, in its own scope: operand kk is read
         from the float4 that `lane` names (e.g. "w{kk}"), `stmt(component, value)` consumes the value.
         `position(c)`: component c's position in the row, declared as `j` in its scope (for the leaves
-        read by position, plan.axis_leaf)."""
+        read by position, plan.axis_leaf). `quads`: leaves read by position from a float4 the caller
+        loaded (its name), the four components' values at once."""
         k: list[str] = []
         for c, comp in enumerate("xyzw"):
             lanes = dict(loads)
             for kk, leaf in full:
                 lanes[leaf] = lane.format(kk=kk) + f".{comp}"
+            for leaf, quad in (quads or {}).items():
+                lanes[leaf] = f"{quad}.{comp}"
             b, v = self._emit(step, src, lanes, indent + "  ")
             at = [f"{indent}  const int64_t j = {position(c)};"] if position is not None else []
             k += [f"{indent}{{", *at, *b, f"{indent}  {stmt(comp, v)}", f"{indent}}}"]

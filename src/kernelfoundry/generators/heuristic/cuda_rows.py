@@ -6,6 +6,7 @@ row re-reading global memory, warp per row, rows in registers as scalars or floa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD, EmitterBase
@@ -15,8 +16,27 @@ from kernelfoundry.generators.heuristic.graph import OpNode, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf, Step
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
+# A leaf's read by its position along the last reduced dim (plan.AxisLeaf.index): its pointer, and the
+# kf_divider of its size where the position wraps
+_POSITION_READ = re.compile(r"^(\w+)\[(?:kf_mod\((a\d+n), j\)|j)\]$")
+
 
 class RowKernels(EmitterBase):
+    def _position_quads(self, leaves: list[Leaf], loads: dict) -> dict[Leaf, str]:
+        """The leaves a float4 sweep may read four positions at a time (the last reduced dim's operands:
+        a hinge loss's per-column target), each with the in-kernel condition that allows it: its
+        pointer 16-byte aligned, the row's and its own size multiples of 4."""
+        quads: dict[Leaf, str] = {}
+        for leaf in leaves:
+            match = _POSITION_READ.match(loads[leaf]) if leaf in self._axis_leaves else None
+            if match is None:
+                continue
+            pointer, divider = match.groups()
+            # rows of 4k elements start at a position of 4k (a peeled row's head is empty)
+            allowed = f"(((uintptr_t){pointer}) % 16 == 0) && (R % 4 == 0)"
+            quads[leaf] = f"{allowed} && ({divider}.d % 4 == 0)" if divider else allowed
+        return quads
+
     def _vec_sweep(
         self,
         step: Step,
@@ -42,15 +62,52 @@ class RowKernels(EmitterBase):
         i2 = indent + "  "
         first = "head + " if peel else ""
 
+        quads = self._position_quads(leaves, loads)
+
         def body(u: str) -> list[str]:
             # each component's position `j` where a leaf is read by it
             def position(c: int) -> str:
                 return f"{first}4 * (j4 + (int64_t){u} * {group}) + {c}"
 
-            return self._float4_components(
-                step, src, full, loads, i2 + "  ", "w{kk}[" + u + "]", lambda _c, v: stmt(v),
-                position if self._read_by_position(leaves) else None,
-            )  # fmt: skip
+            at = position if self._read_by_position(leaves) else None
+            one_by_one = self._float4_components(
+                step, src, full, loads, i2 + "  ", "w{kk}[" + u + "]", lambda _c, v: stmt(v), at
+            )
+            if not quads:
+                return one_by_one
+            # the leaves read by position along the row's last dim as one float4 each where their size
+            # is a multiple of 4 and they are 16-byte aligned (then the row is too: its first position
+            # is a multiple of 4, and four positions from one lie in the same period)
+            names = {leaf: f"q{n}" for n, leaf in enumerate(quads)}
+            k = [f"{i2}  if ({' && '.join(quads.values())}) {{"]
+            k += [f"{i2}    float4 {name};" for name in names.values()]
+            k.append(f"{i2}    {{")
+            k.append(f"{i2}      const int64_t j = {position(0)};")
+            k += [
+                f"{i2}      {q} = *reinterpret_cast<const float4*>(&{loads[leaf]});"
+                for leaf, q in names.items()
+            ]
+            k.append(f"{i2}    }}")
+            # the components name their position only where another leaf still reads by it
+            by_position = [
+                leaf for leaf in leaves if leaf in self._axis_leaves and self._axis_leaves[leaf].by != "o"
+            ]
+            at_quads = at if any(leaf not in quads for leaf in by_position) else None
+            k += self._float4_components(
+                step,
+                src,
+                full,
+                loads,
+                i2 + "    ",
+                "w{kk}[" + u + "]",
+                lambda _c, v: stmt(v),
+                at_quads,
+                names,
+            )
+            k.append(f"{i2}  }} else {{")
+            k += ["  " + line for line in one_by_one]
+            k.append(f"{i2}  }}")
+            return k
 
         at = "base + head" if peel else "base"
         if counted:
