@@ -511,6 +511,24 @@ def test_each_family_emits_its_own_cuda_kernel(case: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("case", "rows", "batch", "loads"),
+    [("avg_pool3d_exclude_pad_vectorised", 9, 5, 3), ("max_pool3d_dilated_rows_vectorised", 9, 3, 4)],
+)
+def test_the_row_vector_pool_issues_a_batch_of_window_rows_loads_before_their_math(
+    case: str, rows: int, batch: int, loads: int
+) -> None:
+    """`_vpool` loads the float4s of up to VPOOL_LOADS_IN_FLIGHT // loads window rows (batches as even as
+    they can be) before combining any: a row skipped by a branch, its math before the next row's loads,
+    kept one row's loads in flight a thread."""
+    _, kernel = first_candidate(case, CASES[case])
+    code = kernel.code
+    assert f"for (int r0 = 0; r0 < {rows}; r0 += {batch}) {{" in code
+    assert f"float4 q[{batch}][{loads}];" in code
+    assert code.index("q[i][g] = (row_in && w >= 0") < code.index(f"float r[{4 * loads}];")
+    assert "if (d < 0 || d >= ID) continue;" not in code.split("_vpool(", 1)[1].split("KF_EXPORT", 1)[0]
+
+
+@pytest.mark.parametrize(
     ("case", "tile", "loads"),
     [("depthwise2d_3x3", 34 * 34, 5), ("depthwise2d_asymmetric_strided_dilated_padded", 67 * 38, 10)],
 )

@@ -283,6 +283,8 @@ def _pool_groups(k: OpKernel, span: int) -> int:
 # loads a window row may take for them (beyond it the thread-per-output kernel is kept).
 VPOOL_OUTPUTS = 4
 VPOOL_MAX_LOADS = 8
+# float4 loads of window rows a `_vpool` thread issues before their math (whole rows, at least one)
+VPOOL_LOADS_IN_FLIGHT = 16
 
 
 def _vpool_loads(k: OpKernel) -> int:
@@ -453,17 +455,21 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
 
 
 def _pool_row_vector(k: OpKernel, e: str, t: _PoolText) -> str:
-    """`_vpool`: four consecutive outputs a thread from whole float4 window rows."""
+    """`_vpool`: four consecutive outputs a thread from whole float4 window rows, the loads of
+    VPOOL_ROWS_IN_FLIGHT rows issued before their math (rows skipped by a branch, each row's math before
+    the next row's loads, kept one row's loads in flight a thread)."""
     neutral = t.neutral
-    kw = t.window[2]
+    kd, kh, kw = t.window
     sd, sh, sw = t.stride
     pd, ph, pw = t.padding
-    dw = t.dilation[2]
+    dd, dh, dw = t.dilation
     loads, lead, v_out = _vpool_loads(k), (-pw) % 4, VPOOL_OUTPUTS
-    if not _counts_valid_taps(k):
-        counting, count_out = "", ""
-    else:
-        counting = " ++rows_in;"
+    rows = kd * kh
+    most = max(1, VPOOL_LOADS_IN_FLIGHT // loads)
+    batch = -(-rows // -(-rows // most))  # as even as the batches can be: 9 rows at most 4 a batch, 3 of 3
+    counting, count_out = "", ""
+    if _counts_valid_taps(k):
+        counting = "\n        rows_in += row_in;"
         count_out = f"""
       int cnt = 0;
       #pragma unroll
@@ -471,15 +477,30 @@ def _pool_row_vector(k: OpKernel, e: str, t: _PoolText) -> str:
         const int w = w0 + c * {dw};
         cnt += (w >= 0 && w < IW) ? rows_in : 0;
       }}"""
-    vpool_row = f"""
+    row_of = f"""const int rr = r0 + i, d = d0 + rr / {kh} * {dd}, h = h0 + rr % {kh} * {dh};
+        const bool row_in = rr < {rows} && d >= 0 && d < ID && h >= 0 && h < IH;"""
+    window = f"""    #pragma unroll
+    for (int r0 = 0; r0 < {rows}; r0 += {batch}) {{
+      float4 q[{batch}][{loads}];
+      #pragma unroll
+      for (int i = 0; i < {batch}; ++i) {{
+        {row_of}
         const float* __restrict__ xr = xc + ((int64_t)d * IH + h) * IW;
-        float r[{loads * 4}];
         #pragma unroll
         for (int g = 0; g < {loads}; ++g) {{
           const int w = a0 + 4 * g;
-          const float4 q = (w >= 0 && w < IW) ? __ldg(reinterpret_cast<const float4*>(xr + w))
-                                              : make_float4({neutral}, {neutral}, {neutral}, {neutral});
-          r[4 * g] = q.x; r[4 * g + 1] = q.y; r[4 * g + 2] = q.z; r[4 * g + 3] = q.w;
+          q[i][g] = (row_in && w >= 0 && w < IW) ? __ldg(reinterpret_cast<const float4*>(xr + w))
+                                                 : make_float4({neutral}, {neutral}, {neutral}, {neutral});
+        }}
+      }}
+      #pragma unroll
+      for (int i = 0; i < {batch}; ++i) {{
+        {row_of}{counting}
+        (void)row_in;
+        float r[{loads * 4}];
+        #pragma unroll
+        for (int g = 0; g < {loads}; ++g) {{
+          r[4 * g] = q[i][g].x; r[4 * g + 1] = q[i][g].y; r[4 * g + 2] = q[i][g].z; r[4 * g + 3] = q[i][g].w;
         }}
         #pragma unroll
         for (int o = 0; o < {v_out}; ++o) {{
@@ -490,7 +511,9 @@ def _pool_row_vector(k: OpKernel, e: str, t: _PoolText) -> str:
             {t.combine}
           }}
           out[o] = acc;
-        }}"""
+        }}
+      }}
+    }}"""
     return f"""
 
 /* Row-vector pooling: a thread takes {v_out} consecutive outputs of one output row and reads each window
@@ -516,7 +539,7 @@ __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
     for (int o = 0; o < {v_out}; ++o) out[o] = {t.neutral};
     int rows_in = 0;
     (void)rows_in;
-{_window_rows(k, vpool_row, "    ", counting)}
+{window}
     #pragma unroll
     for (int o = 0; o < {v_out}; ++o) {{
       const int ow = ow0 + o, w0 = ow * {sw} - {pw};
