@@ -298,6 +298,14 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "torch.randn(2, 6, 41, 77)",
         "_dw(",
     ),
+    # a row stride of 1 with dilated rows: a thread's four consecutive outputs share tile rows 2 apart
+    "depthwise2d_dilated_rows": (
+        "        self.op = nn.Conv2d(4, 4, 3, padding=(2, 1), dilation=(2, 1), groups=4)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 4, 37, 40)",
+        "_dw(",
+    ),
     "depthwise2d_multiplier": (
         "        self.op = nn.Conv2d(4, 12, (5, 1), stride=(1, 2), padding=(2, 0), groups=4)",
         "x",
@@ -508,6 +516,27 @@ def test_each_family_emits_its_own_cuda_kernel(case: str) -> None:
     _, kernel = first_candidate(case, spec)
     assert spec[4] in kernel.code
     assert "kf_op0_item" not in kernel.code  # not the generic one-thread-per-item kernel
+
+
+@pytest.mark.parametrize(
+    ("case", "tile_rows", "shared"),
+    [
+        ("depthwise2d_3x3", 6, True),
+        ("depthwise2d_dilated_rows", 8, True),
+        ("depthwise2d_multiplier", 8, True),
+        ("depthwise2d_asymmetric_strided_dilated_padded", 0, False),
+    ],
+)
+def test_a_depthwise_thread_reads_the_tile_rows_its_outputs_share_once(
+    case: str, tile_rows: int, shared: bool
+) -> None:
+    """At a row stride of 1 a thread's four outputs are consecutive rows and each tile row they read
+    is loaded from shared memory once (4 + (kh - 1) * dh rows of kw values); at a larger stride each
+    output reads its own window (rows 8 apart)."""
+    _, kernel = first_candidate(case, CASES[case])
+    code = kernel.code
+    assert (f"for (int i = 0; i < {tile_rows}; ++i) {{" in code) == shared
+    assert ("const int ty = threadIdx.y + 8 * r, oh = oh0 + ty;" in code) != shared
 
 
 @pytest.mark.parametrize(

@@ -741,6 +741,49 @@ def depthwise_specialised(k: OpKernel) -> bool:
     return in_rows * in_cols * 4 <= DEPTHWISE_TILE_BYTES
 
 
+def _depthwise_outputs(rows: int, by: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> str:
+    """A depthwise thread's `rows` outputs of column `ow` from the tile. At a row stride of 1 they are
+    consecutive rows, and each tile row they share is read from shared memory once into registers
+    (rows + (kh - 1) * dh rows of kw values, where rows * kh rows were read: the shared-memory reads, not
+    the device memory, bounded a 3x7 filter); the products are summed in the same order, so the values
+    are the same. Otherwise rows `by` apart, each output reading its window."""
+    if sh != 1:
+        return f"""    #pragma unroll
+    for (int r = 0; r < {rows}; ++r) {{
+      const int ty = threadIdx.y + {by} * r, oh = oh0 + ty;
+      float acc = b0;
+      #pragma unroll
+      for (int a = 0; a < {kh}; ++a) {{
+        #pragma unroll
+        for (int b = 0; b < {kw}; ++b)
+          acc += wr[a * {kw} + b] * tile[ty * {sh} + a * {dh}][threadIdx.x * {sw} + b * {dw}];
+      }}
+      if (oh < OH && ow < OW) oc[(int64_t)oh * OW + ow] = acc;
+    }}"""
+    return f"""    float acc[{rows}];
+    #pragma unroll
+    for (int r = 0; r < {rows}; ++r) acc[r] = b0;
+    #pragma unroll
+    for (int i = 0; i < {rows + (kh - 1) * dh}; ++i) {{
+      float v[{kw}];
+      #pragma unroll
+      for (int b = 0; b < {kw}; ++b) v[b] = tile[threadIdx.y * {rows} + i][threadIdx.x * {sw} + b * {dw}];
+      #pragma unroll
+      for (int r = 0; r < {rows}; ++r) {{
+        const int a = i - r;  /* the filter row that reads tile row i for output r, where one does */
+        if (a >= 0 && a % {dh} == 0 && a / {dh} < {kh}) {{
+          #pragma unroll
+          for (int b = 0; b < {kw}; ++b) acc[r] += wr[a / {dh} * {kw} + b] * v[b];
+        }}
+      }}
+    }}
+    #pragma unroll
+    for (int r = 0; r < {rows}; ++r) {{
+      const int oh = oh0 + threadIdx.y * {rows} + r;
+      if (oh < OH && ow < OW) oc[(int64_t)oh * OW + ow] = acc[r];
+    }}"""
+
+
 def _depthwise(k: OpKernel, e: str) -> tuple[str, str]:
     p = k.params
     _, kh, kw = p["kernel"]
@@ -788,18 +831,7 @@ __global__ void __launch_bounds__({bx * by}) {e}_dw(const {e}_p p) {{
     __syncthreads();
     float* __restrict__ oc = p.o + z * (int64_t)OH * OW;
     const int ow = ow0 + threadIdx.x;
-    #pragma unroll
-    for (int r = 0; r < {rows}; ++r) {{
-      const int ty = threadIdx.y + {by} * r, oh = oh0 + ty;
-      float acc = b0;
-      #pragma unroll
-      for (int a = 0; a < {kh}; ++a) {{
-        #pragma unroll
-        for (int b = 0; b < {kw}; ++b)
-          acc += wr[a * {kw} + b] * tile[ty * {sh} + a * {dh}][threadIdx.x * {sw} + b * {dw}];
-      }}
-      if (oh < OH && ow < OW) oc[(int64_t)oh * OW + ow] = acc;
-    }}
+{_depthwise_outputs(rows, by, kh, kw, sh, sw, dh, dw)}
   }}
 }}"""
     launch = f"""  (void)cols;
