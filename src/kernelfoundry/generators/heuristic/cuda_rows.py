@@ -63,6 +63,12 @@ class RowKernels(EmitterBase):
         first = "head + " if peel else ""
 
         quads = self._position_quads(leaves, loads)
+        # with the quads loaded, a component names its position only where another leaf reads by it
+        others_by_position = any(
+            self._axis_leaves[leaf].by != "o"
+            for leaf in leaves
+            if leaf in self._axis_leaves and leaf not in quads
+        )
 
         def body(u: str) -> list[str]:
             # each component's position `j` where a leaf is read by it
@@ -88,11 +94,7 @@ class RowKernels(EmitterBase):
                 for leaf, q in names.items()
             ]
             k.append(f"{i2}    }}")
-            # the components name their position only where another leaf still reads by it
-            by_position = [
-                leaf for leaf in leaves if leaf in self._axis_leaves and self._axis_leaves[leaf].by != "o"
-            ]
-            at_quads = at if any(leaf not in quads for leaf in by_position) else None
+            at_quads = at if others_by_position else None
             k += self._float4_components(
                 step,
                 src,

@@ -455,9 +455,9 @@ __global__ void __launch_bounds__(256) {e}_pool(const {e}_p p, I total) {{
 
 
 def _pool_row_vector(k: OpKernel, e: str, t: _PoolText) -> str:
-    """`_vpool`: four consecutive outputs a thread from whole float4 window rows, the loads of
-    VPOOL_ROWS_IN_FLIGHT rows issued before their math (rows skipped by a branch, each row's math before
-    the next row's loads, kept one row's loads in flight a thread)."""
+    """`_vpool`: four consecutive outputs a thread from whole float4 window rows, the loads of whole
+    rows, up to VPOOL_LOADS_IN_FLIGHT, issued before their math (rows skipped by a branch, each row's
+    math before the next row's loads, kept one row's loads in flight a thread)."""
     neutral = t.neutral
     kd, kh, kw = t.window
     sd, sh, sw = t.stride
