@@ -508,6 +508,24 @@ def test_an_operand_read_by_its_position_along_the_row_is_read_four_positions_at
 
 
 @pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
+@pytest.mark.parametrize("width", [64, 128, 256])
+@pytest.mark.parametrize("case", ["sum_middle_dim", "max_middle_dim_wide"])
+def test_a_tiled_middle_dim_reduction_matches_torch_at_every_tile_width(
+    case: str, width: int, tmp_path: Path
+) -> None:
+    """TCOLS_WIDTH columns a block (fewer row groups): a tile wider than the row (70 and 128 columns
+    here), partial tiles and row groups of one row all reduce every column once."""
+    import torch
+
+    task, kernels = seeds(case)
+    tiled = [k for k in kernels if "_tcols<<<" in k.code]
+    assert tiled and all("@kf.tunable TCOLS_WIDTH" in k.code for k in tiled)
+    for kernel in tiled:
+        got, expected = run(task, kernel, build_emulated(kernel.code, tmp_path, {"TCOLS_WIDTH": width}))
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_seed_matches_torch_under_emulation(case: str, tmp_path: Path) -> None:
     import torch

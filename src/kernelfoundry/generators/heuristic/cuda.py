@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
 from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
-from kernelfoundry.generators.heuristic.cuda_columns import ColumnKernels
+from kernelfoundry.generators.heuristic.cuda_columns import TCOLS_TUNABLES, ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
     CLUSTER_HEAD,
     CLUSTER_MOST,
@@ -174,6 +174,9 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
         if "FUSED_ROWS_IN_REGISTERS" in launches:
             lines += FUSED_TUNABLES
             defaults.append(("FUSED_ROWS_IN_REGISTERS", 1))
+        if "TCOLS_WIDTH" in launches:
+            lines += TCOLS_TUNABLES
+            defaults.append(("TCOLS_WIDTH", 32))
         for name, default in defaults:
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses
@@ -742,8 +745,8 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             )
             out.append("      } else")
         if tiled:
-            out.append("      if (inner >= 32) {  /* 32 columns x 8 row groups per block, coalesced rows */")
-            out.append("        const int64_t tb = outer * ((inner + 31) / 32);")
+            out.append("      if (inner >= 32) {  /* TCOLS_WIDTH columns x row groups a block */")
+            out.append("        const int64_t tb = outer * ((inner + TCOLS_WIDTH - 1) / TCOLS_WIDTH);")
             out.append(
                 f"        {kname}_tcols<<<(unsigned)(tb < 65535 * 8 ? tb : 65535 * 8), 256, 0, st>>>"
                 f"(outer, R, inner, {ptr(step.out)}{a2});"

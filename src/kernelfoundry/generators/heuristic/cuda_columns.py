@@ -15,6 +15,12 @@ from kernelfoundry.generators.heuristic.graph import Ref
 from kernelfoundry.generators.heuristic.plan import Leaf, Step
 from kernelfoundry.generators.heuristic.stepexpr import emit
 
+# The tiled middle-dim reduction's columns per block (its row groups: 256 / TCOLS_WIDTH). Wider tiles read
+# longer contiguous row segments (fewer DRAM pages open at once, a misaligned row's shared sectors met in
+# one SM's L1) at fewer row groups per block.
+TCOLS_WIDTH = "TCOLS_WIDTH"
+TCOLS_TUNABLES = ("// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default 32",)
+
 # A middle-dim softmax keeps each column's values in registers where its length R is at most one of these
 MIDDLE_SOFTMAX_CACHED = (8, 16, 32, 64)
 
@@ -129,11 +135,11 @@ class ColumnKernels(EmitterBase):
         self, kname: str, params: list[str], pre: list[str], body: list[str], val: str, init: str,
         comb: str, scale: str,
     ) -> list[str]:  # fmt: skip
-        """Middle-dim reduction, one block per (outer, 32 columns): 8 row groups of one warp each read
-        128-byte row segments; each thread combines runs of 32 rows before its total (bounded rounding),
-        then the 8 partials meet in shared memory."""
-        k = _column_tile_open(f"{kname}_tcols", params, pre)
-        k += _column_tile_reduce(body, val, init, comb, scale)
+        """Middle-dim reduction, one block per (outer, TCOLS_WIDTH columns): 256 / TCOLS_WIDTH row groups
+        read TCOLS_WIDTH * 4-byte row segments; each thread combines runs of 32 rows before its total
+        (bounded rounding), then the row groups' partials meet in shared memory."""
+        k = _column_tile_open(f"{kname}_tcols", params, pre, TCOLS_WIDTH)
+        k += _column_tile_reduce(body, val, init, comb, scale, TCOLS_WIDTH)
         k += ["  }", "}"]
         return k
 
@@ -438,28 +444,39 @@ def _row4(name: str) -> str:
     return f"reinterpret_cast<const float4*>({ptr(name)} + (o * R + j) * inner)[i4]"
 
 
-def _column_tile_open(name: str, params: list[str], pre: list[str]) -> list[str]:
-    """Kernel head of the 32-column x 8-row-group tiling: signature, scratch, the loop over tiles."""
+def _column_tile_open(name: str, params: list[str], pre: list[str], width: str = "32") -> list[str]:
+    """Kernel head of the `width`-column x (256 / `width`)-row-group tiling of a 256-thread block:
+    signature, scratch, the loop over tiles. `width` is a literal or a macro (a power of two, 32 to 256)."""
     k = [_column_signature(name, params)]
-    k.append("  __shared__ float kf_part[8][33];")
-    k += pre
-    k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
-    k.append("  const int64_t tiles = (inner + 31) / 32;")
+    if width == "32":
+        k.append("  __shared__ float kf_part[8][33];")
+        k += pre
+        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
+        k.append("  const int64_t tiles = (inner + 31) / 32;")
+    else:
+        k.append(f"  __shared__ float kf_part[256 / {width}][{width} + 1];")
+        k += pre
+        k.append(f"  const int tx = threadIdx.x % {width}, ty = threadIdx.x / {width};")
+        k.append(f"  const int64_t tiles = (inner + {width} - 1) / {width};")
     k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
-    k.append("    const int64_t o = b / tiles, i = (b % tiles) * 32 + tx;")
+    k.append(f"    const int64_t o = b / tiles, i = (b % tiles) * {width} + tx;")
     return k
 
 
-def _column_tile_reduce(body: list[str], val: str, init: str, comb: str, scale: str) -> list[str]:
-    """Each thread combines its row group in runs of 32 rows (bounded rounding), the 8 partials meet in
-    shared memory; the column's result is written to `out` and left in kf_part[0][tx] for the block."""
+def _column_tile_reduce(
+    body: list[str], val: str, init: str, comb: str, scale: str, width: str = "32"
+) -> list[str]:
+    """Each thread combines its row group in runs of 32 rows (bounded rounding), the row groups' partials
+    meet in shared memory; the column's result is written to `out` and left in kf_part[0][tx] for the
+    block. `width` as in `_column_tile_open`."""
+    groups = "8" if width == "32" else f"(256 / {width})"
     k = [f"    float acc = {init};"]
     k.append("    if (i < inner) {")
-    k.append("      for (int64_t j0 = ty; j0 < R; j0 += 8 * 32) {")
-    k.append("        const int64_t j1 = j0 + 8 * 32 < R ? j0 + 8 * 32 : R;")
+    k.append(f"      for (int64_t j0 = ty; j0 < R; j0 += {groups} * 32) {{")
+    k.append(f"        const int64_t j1 = j0 + {groups} * 32 < R ? j0 + {groups} * 32 : R;")
     k.append(f"        float part = {init};")
     k.append("        #pragma unroll 8")
-    k.append("        for (int64_t j = j0; j < j1; j += 8) {")
+    k.append(f"        for (int64_t j = j0; j < j1; j += {groups}) {{")
     k += ["    " + b for b in body]
     k.append(f"          part = {comb}(part, {val});")
     k.append("        }")
@@ -470,7 +487,7 @@ def _column_tile_reduce(body: list[str], val: str, init: str, comb: str, scale: 
     k.append("    __syncthreads();")
     k.append("    if (ty == 0) {")
     k.append("      float r = kf_part[0][tx];")
-    k.append(f"      for (int y = 1; y < 8; ++y) r = {comb}(r, kf_part[y][tx]);")
+    k.append(f"      for (int y = 1; y < {groups}; ++y) r = {comb}(r, kf_part[y][tx]);")
     if scale:
         k.append(f"      r = r{scale};")
     k.append("      kf_part[0][tx] = r;")
