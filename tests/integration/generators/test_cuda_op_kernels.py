@@ -313,6 +313,31 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "torch.randn(3, 4, 33, 40)",
         "_dw(",
     ),
+    # strides 1 (`_dww`, a 4 x 4 output patch a thread): rows of a multiple of four read as float4s into
+    # the tile and written as float4s (a (3, 1) filter keeps the width); a padding of 4 columns keeps the
+    # tile's float4s on the row's, stores in float2 pairs (an even width); a 3x7 filter reads three
+    # float4s a tile row; two tiles across a row, the second partial
+    "depthwise2d_float4_rows": (
+        "        self.op = nn.Conv2d(4, 4, (3, 1), groups=4)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 4, 37, 136)",
+        "_dww(",
+    ),
+    "depthwise2d_padded_float2_stores": (
+        "        self.op = nn.Conv2d(3, 3, 3, padding=(1, 4), groups=3)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 3, 35, 132)",
+        "_dww(",
+    ),
+    "depthwise2d_3x7_wide": (
+        "        self.op = nn.Conv2d(4, 4, (3, 7), groups=4, bias=False)",
+        "x",
+        "self.op(x)",
+        "torch.randn(2, 4, 40, 140)",
+        "_dww(",
+    ),
     "depthwise1d": (
         "        self.op = nn.Conv1d(5, 5, 3, stride=3, dilation=4, groups=5)",
         "x",
@@ -595,6 +620,7 @@ def test_family_kernels_compile_for_sm90_without_spills(tmp_path: Path) -> None:
         "avg_pool2d_separable_wide_rows",
         "argmax_columns",
         "depthwise2d_asymmetric_strided_dilated_padded",
+        "depthwise2d_3x7_wide",  # the 4 x 4 patch kernel of strides 1 beside the one-column one
         "argmin_rows",
         "layer_norm_few_long_rows_affine",
         "conv_transpose3d_strided_padded_grouped_dilated",

@@ -81,3 +81,20 @@ def test_a_1d_pooling_offers_the_row_vector_kernel_as_a_tunable(case: str, tmp_p
     assert "_vpool<int><<<" in kernel.code and "_spool<<<" in kernel.code
     got, expected = run_emulated(case, tmp_path, {"KF_TILED_KF_OP0": 0})
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)
+
+
+# strides 1: the 4 x 4 patch kernel by default, the one-column kernel at the tunable's other value
+WIDE_DEPTHWISE = ["depthwise2d_3x3", "depthwise2d_dilated_rows", "depthwise2d_3x7_wide", "depthwise2d_float4_rows"]
+
+
+@pytest.mark.parametrize("case", WIDE_DEPTHWISE)
+def test_a_depthwise_conv_of_strides_1_offers_the_one_column_kernel_as_a_tunable(
+    case: str, tmp_path: Path
+) -> None:
+    import torch
+
+    _, kernel = first_candidate(case, CASES[case])
+    assert {t.name: t.values for t in kernel.tunables} == {"KF_DW_COLS_KF_OP0": (4, 1)}
+    assert "_dww<<<" in kernel.code and "_dw<<<" in kernel.code
+    got, expected = run_emulated(case, tmp_path, {"KF_DW_COLS_KF_OP0": 1})
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)

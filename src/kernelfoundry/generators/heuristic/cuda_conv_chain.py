@@ -21,10 +21,10 @@ from kernelfoundry.generators.heuristic.classify import KEPT_IN_TORCH
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda import ALLOC
 from kernelfoundry.generators.heuristic.cuda_conv import cuda_conv_plan, cuda_conv_unit
+from kernelfoundry.generators.heuristic.cuda_depthwise import depthwise_specialised
 from kernelfoundry.generators.heuristic.graph import Graph, Ref, Value
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, op_kernel
 from kernelfoundry.generators.heuristic.opkernels_code import op_entries
-from kernelfoundry.generators.heuristic.opkernels_cuda import depthwise_specialised
 from kernelfoundry.generators.heuristic.variant import Variant
 
 _FAMILY_ENTRY = "KF_EXPORT int kf_forward("

@@ -13,8 +13,7 @@ families' parameter structs, set-up and the generic item kernel the other famili
   output; on rows of a multiple of four columns from an aligned input the columns are read a float4
   group at a time, and a window over a few rows takes four outputs a thread from whole float4 window
   rows (`_vpool`), which a 1-D window also has beside its tiles, a tunable choosing;
-- depthwise convolution (one input channel per group): an output tile per block, its input tile in
-  shared memory, the filter in registers, several output rows a thread; other convolutions and
+- depthwise convolution (one input channel per group): cuda_depthwise.py; other convolutions and
   transposed ones (as a gather): one thread per output with the sum in a register (the generic item
   adds every tap into global memory);
 - arg-reductions: along a strided dim a block per 32 columns, the reduced dim split into 8 chunks (one
@@ -33,12 +32,8 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from kernelfoundry.generators.heuristic.cuda_depthwise import depthwise_kernels, depthwise_specialised
 from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
-
-# Shared memory a depthwise tile may take (bytes); above it the generic convolution kernel is used.
-DEPTHWISE_TILE_BYTES = 40 * 1024
-# Loads of a depthwise input tile a thread keeps in flight (registers) before storing them to shared memory
-DEPTHWISE_LOADS_IN_FLIGHT = 16
 
 _CHECK = "  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;\n}"
 
@@ -722,131 +717,6 @@ def _pool_launch(k: OpKernel, e: str, tiled: str | None, separable: bool, vector
     return launch
 
 
-def _depthwise_tile(k: OpKernel) -> tuple[int, int, int, int, int]:
-    """(threads x, threads y, output rows a thread, input tile rows, input tile cols) of a depthwise conv."""
-    _, kh, kw = k.params["kernel"]
-    _, sh, sw = k.params["stride"]
-    _, dh, dw = k.params["dilation"]
-    bx, by, rows = (256, 1, 1) if k.params["dims"] == 1 else (32, 8, 4)
-    th, tw = by * rows, bx
-    return bx, by, rows, (th - 1) * sh + (kh - 1) * dh + 1, (tw - 1) * sw + (kw - 1) * dw + 1
-
-
-def depthwise_specialised(k: OpKernel) -> bool:
-    """A 1-d or 2-d convolution with one input channel per group whose input tile fits shared memory."""
-    p = k.params
-    if k.family != "conv" or p["dims"] > 2 or "kernel" not in p or p.get("in_per_group") != 1:
-        return False
-    *_, in_rows, in_cols = _depthwise_tile(k)
-    return in_rows * in_cols * 4 <= DEPTHWISE_TILE_BYTES
-
-
-def _depthwise_outputs(rows: int, by: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> str:
-    """A depthwise thread's `rows` outputs of column `ow` from the tile. At a row stride of 1 they are
-    consecutive rows, and each tile row they share is read from shared memory once into registers
-    (rows + (kh - 1) * dh rows of kw values, where rows * kh rows were read: the shared-memory reads, not
-    the device memory, bounded a 3x7 filter); the products are summed in the same order, so the values
-    are the same. Otherwise rows `by` apart, each output reading its window."""
-    if sh != 1:
-        return f"""    #pragma unroll
-    for (int r = 0; r < {rows}; ++r) {{
-      const int ty = threadIdx.y + {by} * r, oh = oh0 + ty;
-      float acc = b0;
-      #pragma unroll
-      for (int a = 0; a < {kh}; ++a) {{
-        #pragma unroll
-        for (int b = 0; b < {kw}; ++b)
-          acc += wr[a * {kw} + b] * tile[ty * {sh} + a * {dh}][threadIdx.x * {sw} + b * {dw}];
-      }}
-      if (oh < OH && ow < OW) oc[(int64_t)oh * OW + ow] = acc;
-    }}"""
-    return f"""    float acc[{rows}];
-    #pragma unroll
-    for (int r = 0; r < {rows}; ++r) acc[r] = b0;
-    #pragma unroll
-    for (int i = 0; i < {rows + (kh - 1) * dh}; ++i) {{
-      float v[{kw}];
-      #pragma unroll
-      for (int b = 0; b < {kw}; ++b) v[b] = tile[threadIdx.y * {rows} + i][threadIdx.x * {sw} + b * {dw}];
-      #pragma unroll
-      for (int r = 0; r < {rows}; ++r) {{
-        const int a = i - r;  /* the filter row that reads tile row i for output r, where one does */
-        if (a >= 0 && a % {dh} == 0 && a / {dh} < {kh}) {{
-          #pragma unroll
-          for (int b = 0; b < {kw}; ++b) acc[r] += wr[a / {dh} * {kw} + b] * v[b];
-        }}
-      }}
-    }}
-    #pragma unroll
-    for (int r = 0; r < {rows}; ++r) {{
-      const int oh = oh0 + threadIdx.y * {rows} + r;
-      if (oh < OH && ow < OW) oc[(int64_t)oh * OW + ow] = acc[r];
-    }}"""
-
-
-def _depthwise(k: OpKernel, e: str) -> tuple[str, str]:
-    p = k.params
-    _, kh, kw = p["kernel"]
-    _, sh, sw = p["stride"]
-    _, ph, pw = p["padding"]
-    _, dh, dw = p["dilation"]
-    bx, by, rows, in_rows, in_cols = _depthwise_tile(k)
-    th, threads, total = by * rows, bx * by, in_rows * in_cols
-    unroll = min(DEPTHWISE_LOADS_IN_FLIGHT, -(-total // threads))
-    kernels = f"""/* Depthwise convolution: a {th}x{bx} output tile of one (n, channel) per block, its
-   {in_rows}x{in_cols} input tile in shared memory (zero padding included), the {kh}x{kw} filter in
-   registers, {rows} output rows a thread. Filter, stride {sh}x{sw}, padding {ph}x{pw} and dilation
-   {dh}x{dw} baked. */
-__global__ void __launch_bounds__({bx * by}) {e}_dw(const {e}_p p) {{
-  __shared__ float tile[{in_rows}][{in_cols}];
-  const int IH = (int)p.in[1], IW = (int)p.in[2], OH = (int)p.out[1], OW = (int)p.out[2];
-  const int64_t mult = p.CO / p.C, planes = p.N * p.CO;
-  const int oh0 = blockIdx.y * {th}, ow0 = blockIdx.x * {bx};
-  const int ih0 = oh0 * {sh} - {ph}, iw0 = ow0 * {sw} - {pw};
-  const int tid = threadIdx.y * {bx} + threadIdx.x;
-  for (int64_t z = blockIdx.z; z < planes; z += gridDim.z) {{
-    const int64_t n = z / p.CO, co = z % p.CO, c = co / mult;
-    const float* __restrict__ xc = p.x + (n * p.C + c) * (int64_t)IH * IW;
-    float wr[{kh * kw}];
-    #pragma unroll
-    for (int i = 0; i < {kh * kw}; ++i) wr[i] = __ldg(p.w + co * {kh * kw} + i);
-    const float b0 = p.b ? __ldg(p.b + co) : 0.0f;
-    __syncthreads();
-    /* {unroll} loads a thread issued before the first lands (a store waiting for each load kept one in
-       flight a thread) */
-    for (int t0 = tid; t0 < {total}; t0 += {unroll * threads}) {{
-      float lv[{unroll}];
-      #pragma unroll
-      for (int u = 0; u < {unroll}; ++u) {{
-        const int t = t0 + u * {threads}, r = t / {in_cols}, q = t % {in_cols}, ih = ih0 + r, iw = iw0 + q;
-        lv[u] = (t < {total} && ih >= 0 && ih < IH && iw >= 0 && iw < IW) ? __ldg(xc + (int64_t)ih * IW + iw)
-                                                                       : 0.0f;
-      }}
-      #pragma unroll
-      for (int u = 0; u < {unroll}; ++u) {{
-        const int t = t0 + u * {threads};
-        if (t < {total}) tile[t / {in_cols}][t % {in_cols}] = lv[u];
-      }}
-    }}
-    __syncthreads();
-    float* __restrict__ oc = p.o + z * (int64_t)OH * OW;
-    const int ow = ow0 + threadIdx.x;
-{_depthwise_outputs(rows, by, kh, kw, sh, sw, dh, dw)}
-  }}
-}}"""
-    launch = f"""  (void)cols;
-  if (items <= 0 || p.out[2] <= 0) return KF_OK;
-  if (p.G != p.C || p.CO % p.C || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
-  cudaStream_t st = (cudaStream_t)stream;
-  const int64_t planes = p.N * p.CO;
-  const dim3 grid((unsigned)((p.out[2] + {bx - 1}) / {bx}), (unsigned)((p.out[1] + {th - 1}) / {th}),
-                  (unsigned)(planes < 65535 ? planes : 65535));
-  if (grid.y > 65535) return KF_ERR_UNSUPPORTED;
-  {e}_dw<<<grid, dim3({bx}, {by}), 0, st>>>(p);
-{_CHECK}"""
-    return kernels, launch
-
-
 def _per_output_head(e: str, name: str) -> str:
     """A thread-per-output conv kernel's opening: its grid-stride loop over the outputs and each
     output's (ow, oh, od) position, `r` left at (image, output channel)."""
@@ -1126,7 +996,7 @@ def cuda_kernels(k: OpKernel, e: str) -> tuple[str, str] | None:
     if k.family == "pool" and pool_specialised(k):
         return _pool(k, e)
     if depthwise_specialised(k):
-        return _depthwise(k, e)
+        return depthwise_kernels(k, e)
     if k.family == "conv" and "kernel" in k.params:
         return _conv(k, e)
     if k.family == "conv_transpose" and "kernel" in k.params:
