@@ -84,7 +84,12 @@ def test_a_1d_pooling_offers_the_row_vector_kernel_as_a_tunable(case: str, tmp_p
 
 
 # strides 1: the 4 x 4 patch kernel by default, the one-column kernel at the tunable's other value
-WIDE_DEPTHWISE = ["depthwise2d_3x3", "depthwise2d_dilated_rows", "depthwise2d_3x7_wide", "depthwise2d_float4_rows"]
+WIDE_DEPTHWISE = [
+    "depthwise2d_3x3",
+    "depthwise2d_dilated_rows",
+    "depthwise2d_3x7_wide",
+    "depthwise2d_float4_rows",
+]
 
 
 @pytest.mark.parametrize("case", WIDE_DEPTHWISE)
