@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
 from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
-from kernelfoundry.generators.heuristic.cuda_columns import TCOLS_TUNABLES, ColumnKernels
+from kernelfoundry.generators.heuristic.cuda_columns import TCOLS_DEFAULT, TCOLS_TUNABLES, ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
     CLUSTER_HEAD,
     CLUSTER_MOST,
@@ -176,7 +176,7 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             defaults.append(("FUSED_ROWS_IN_REGISTERS", 1))
         if "TCOLS_WIDTH" in launches:
             lines += TCOLS_TUNABLES
-            defaults.append(("TCOLS_WIDTH", 32))
+            defaults.append(("TCOLS_WIDTH", TCOLS_DEFAULT))
         for name, default in defaults:
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses

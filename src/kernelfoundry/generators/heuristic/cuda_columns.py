@@ -17,9 +17,11 @@ from kernelfoundry.generators.heuristic.stepexpr import emit
 
 # The tiled middle-dim reduction's columns per block (its row groups: 256 / TCOLS_WIDTH). Wider tiles read
 # longer contiguous row segments (fewer DRAM pages open at once, a misaligned row's shared sectors met in
-# one SM's L1) at fewer row groups per block.
+# one SM's L1) at fewer row groups per block. On the H100 64 beat 32 by 3-4% in kernel time on level1/47,
+# 49 and 53 (rows of 4,095 floats), 128 and 256 lost 2-9% (bench/results/h100_2026-12-06b/).
 TCOLS_WIDTH = "TCOLS_WIDTH"
-TCOLS_TUNABLES = ("// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default 32",)
+TCOLS_DEFAULT = 64
+TCOLS_TUNABLES = (f"// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default {TCOLS_DEFAULT}",)
 
 # A middle-dim softmax keeps each column's values in registers where its length R is at most one of these
 MIDDLE_SOFTMAX_CACHED = (8, 16, 32, 64)
