@@ -19,6 +19,7 @@ from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
 from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.executor.handlers import EvaluateHandler
 from kernelfoundry.services.executor.identity import executor_identity
+from kernelfoundry.stack.device_lease import DeviceLease
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
@@ -61,7 +62,8 @@ def judge_writable(settings: Settings, device: str) -> tuple[Path, ...]:
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     hardware = settings.hardware_list[0]
     device = device_for(hardware)
-    worker = EvaluationWorker(device, writable=judge_writable(settings, device))
+    lease = DeviceLease(settings.device_lock_dir)
+    worker = EvaluationWorker(device, writable=judge_writable(settings, device), lease=lease)
     identity = executor_identity(
         settings.executor_name, device, socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES")
     )

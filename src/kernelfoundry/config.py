@@ -172,6 +172,12 @@ class Settings(BaseSettings):
     correctness_trials: int = 5
     timed_runs: int = 0  # 0: the backend's default
     cpu_threads: int = 0  # 0: all cores
+    device_lock_dir: str = Field(
+        "",
+        description="Folder of the host's GPU leases: a task validation on a GPU waits for the evaluation in"
+        " flight there and holds new ones back (evolver and GPU executors on one machine; the embedded stack"
+        " sets it; empty: off)",
+    )
     timing_lock_dir: str = Field(
         "",
         description="Folder of the host-wide lock that holds builds back while a CPU executor times"

@@ -36,6 +36,7 @@ from kernelfoundry.evaluation.report import EvaluationReport
 from kernelfoundry.evaluation.settings import EvaluationRequest
 from kernelfoundry.evaluation.wire import request_to_dict
 from kernelfoundry.sandbox.policy import PYTHON_ENV_ALLOW
+from kernelfoundry.stack.device_lease import DeviceLease
 
 STARTUP_TIMEOUT_S = 180.0
 # The judge enforces the request's deadline on the runner; this margin covers its own work after that
@@ -162,9 +163,13 @@ class EvaluationWorker:
         cpu_threads: int | None = None,
         max_evaluations_per_child: int = MAX_EVALUATIONS_PER_CHILD,
         writable: tuple[Path, ...] = (),
+        lease: DeviceLease | None = None,
     ) -> None:
-        """`writable`: folders the sandboxed judge may write besides its scratch (the timing lock's)."""
+        """`writable`: folders the sandboxed judge may write besides its scratch (the timing lock's).
+        `lease`: the host's GPU leases; each evaluation holds its device's (a validation beside it waits
+        for its end), the wait for one not counted in the request's deadline."""
         self.device = device
+        self.lease = lease or DeviceLease(None)
         self.writable = tuple(Path(w) for w in writable)
         self.cpu_threads = cpu_threads
         self.max_evaluations_per_child = max_evaluations_per_child
@@ -212,8 +217,10 @@ class EvaluationWorker:
                 return EvaluationReport.failure(
                     reasons.WORKER_ERROR, f"evaluation process failed to start: {exc}", device=self.device
                 )
-            # The deadline covers the evaluation, not the start of a fresh process (torch, CUDA context).
-            report = self._exchange(child, request, time.monotonic())
+            # The deadline covers the evaluation, not the start of a fresh process (torch, CUDA context)
+            # nor the wait for a validation on the device to end.
+            with self.lease.evaluating(self.device):
+                report = self._exchange(child, request, time.monotonic())
             report.duration_s = time.monotonic() - started
             return report
 

@@ -180,6 +180,8 @@ class Stack:
                 "KF_METRICS_PORT": "0",
                 # one machine: builds wait while the CPU executor times (kernelfoundry.stack.quiet_host)
                 "KF_TIMING_LOCK_DIR": str(self.state_dir / "locks"),
+                # a validation on a GPU waits for its evaluation (stack.device_lease)
+                "KF_DEVICE_LOCK_DIR": str(self.state_dir / "device-locks"),
                 # the evolver accepts runs for the hardware this stack starts executors for, from the start
                 "KF_SERVED_HARDWARE": ",".join(dict.fromkeys(e.hardware for e in self.executors())),
                 "PYTHONUNBUFFERED": "1",

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kernelfoundry.stack.device_lease import DeviceLease
 from kernelfoundry.tasks.cache_bounds import DEFAULT_BOUNDS, CacheBounds, prune, touch
 from kernelfoundry.tasks.model import Task, TaskError
 from kernelfoundry.tasks.summary import TaskSummary
@@ -61,13 +62,17 @@ def validate_task(
     device: str = "cpu",
     cache_dir: Path | None = None,
     cache_bounds: CacheBounds = DEFAULT_BOUNDS,
+    device_lock_dir: str | Path | None = None,
 ) -> TaskSummary:
-    """Run the reference of every shape in a child on `device`; return what it learned or raise TaskError."""
+    """Run the reference of every shape in a child on `device`; return what it learned or raise TaskError.
+    `device_lock_dir`: the host's GPU leases (kernelfoundry.stack.device_lease): a validation on a GPU
+    waits for the evaluation in flight there to end, and holds new ones back, before its child starts."""
     key = cache_key(task, device)
     cached = _read_cache(cache_dir, key)
     if cached is not None:
         return cached
-    summary = _validate_in_child(task, timeout_s, memory_limit_bytes, device)
+    with DeviceLease(device_lock_dir).validating(device):
+        summary = _validate_in_child(task, timeout_s, memory_limit_bytes, device)
     _write_cache(cache_dir, key, summary, cache_bounds)
     return summary
 
