@@ -3,9 +3,9 @@
 At KernelBench's sizes a level-1 task's evaluation holds tens of GB on its GPU (its input sets on both
 sides of the sealed evaluation, the float64 reference's copies), and so does the validation of the next
 submitted task, which runs the reference on the same GPU (kernelfoundry.tasks.validation). Beside each
-other they ran an 80 GB H100 out of memory (level1/19, 24 and 34 with two runs at once, "this process
-has 45.67 GiB in use" beside another's 29 GiB): the executor's deliveries later retry, but nothing
-reserved the memory, so the next validation took it again. Here evaluations are the readers of a
+other they ran an 80 GB H100 out of memory (level1/19, 24 and 34 with two runs at once: the judge's
+"this process has 45.67 GiB in use" beside another process's 29 GiB, most likely a validation): the
+executor's later deliveries retry, but nothing reserved the memory. Here evaluations are the readers of a
 per-GPU host lock (kernelfoundry.stack.host_lock) and validations its writers: a validation waits for
 the evaluation in flight to end and no new evaluation starts until it is done; evaluations never wait
 for each other. Both waits are bounded (after them the work goes on as before, logged), and neither
