@@ -160,15 +160,14 @@ def no_kernel_reason(run: RunState, budget_message: str) -> str:
         return f"no candidate was generated ({detail}); {budget_message}"
     failures = failure_counts(run)
     counts = ", ".join(f"{reason} x{n}" for reason, n in sorted(failures.items(), key=lambda kv: -kv[1]))
-    example = next(
-        (
-            c.evaluation.message
-            for c in run.candidates.values()
-            if c.evaluation is not None and not c.evaluation.correct and c.evaluation.message
-        ),
-        "",
-    )
+    examples: dict[str, str] = {}  # the first message of each failure reason, in candidate order
+    for c in run.candidates.values():
+        if c.evaluation is not None and not c.evaluation.correct and c.evaluation.message:
+            examples.setdefault(c.evaluation.reason or "failed", c.evaluation.message)
     text = f"no correct kernel among {run.generated} candidates ({counts or 'none evaluated'})"
-    if example:
-        text += f"; first failure: {example[:300]}"
+    if len(examples) == 1:
+        text += f"; first failure: {next(iter(examples.values()))[:300]}"
+    elif examples:
+        order = sorted(examples, key=lambda r: -failures.get(r, 0))  # the most frequent first
+        text += "; first failure of each kind: " + "; ".join(f"{r}: {examples[r][:300]}" for r in order)
     return f"{text}; {budget_message}"

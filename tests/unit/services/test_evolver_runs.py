@@ -284,6 +284,26 @@ def test_a_run_without_a_correct_kernel_fails_naming_the_failures(tmp_path: Path
     assert "output 0 differs at index 3" in finished.progress.message
 
 
+def test_a_run_whose_candidates_failed_for_several_reasons_names_an_example_of_each(tmp_path: Path) -> None:
+    """One message a reason: an out-of-memory beside a glue error must not hide the glue error's text."""
+    runs, out = start(tmp_path, iterations=1, population=2)
+    (request,) = requests(out)
+    runs.on_generated(generated(request, kernel(1), kernel(2)))
+    memory = evaluated(f"{request.request_id}-c0", 1.0, correct=False)
+    memory.reason, memory.message = "judge_out_of_memory", "the judge ran out of memory: " + "x" * 400
+    glue = evaluated(f"{request.request_id}-c1", 1.0, correct=False)
+    glue.reason, glue.message = "glue_error", "forward raised RuntimeError: shape mismatch"
+    runs.on_evaluated(memory)
+    emitted = runs.on_evaluated(glue)
+    (finished,) = [o.message for o in emitted if o.subject == subjects.RUN_FINISHED]
+    text = finished.progress.message
+    assert "judge_out_of_memory x1" in text and "glue_error x1" in text
+    assert "first failure of each kind: " in text
+    assert "judge_out_of_memory: the judge ran out of memory: " in text
+    assert "glue_error: forward raised RuntimeError: shape mismatch" in text
+    assert "x" * 301 not in text  # each example cut at 300 characters
+
+
 def test_events_of_unknown_runs_are_ignored(tmp_path: Path) -> None:
     runs, _ = start(tmp_path)
     stray = evaluated("run-2-g1-r0-c0", 2.0)
