@@ -91,8 +91,10 @@ class KernelFoundryApi(service_pb2_grpc.KernelFoundryServiceServicer):
         validation pool, never on the event loop; ApiError(RESOURCE_EXHAUSTED) when its line is full."""
         cache = self.settings.state_dir / "validation-cache"
         device = device_for_hardware(hardware or "cpu.x86_64")
-        leases = {"device_lock_dir": self.settings.device_lock_dir} if self.settings.device_lock_dir else {}
-        await self.validations.run(partial(self._validate, task, device=device, cache_dir=cache, **leases))
+        leases = self.settings.device_lock_dir  # "" turns the GPU leases off
+        await self.validations.run(
+            partial(self._validate, task, device=device, cache_dir=cache, device_lock_dir=leases)
+        )
 
     async def _validated(self, request: service_pb2.SubmitRunRequest) -> Task:
         proto = request.task

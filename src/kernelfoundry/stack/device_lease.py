@@ -66,17 +66,17 @@ class DeviceLease:
             return None
         return HostLock(self.folder / f"gpu-{_UNSAFE.sub('_', gpu)}")
 
-    @contextlib.contextmanager
-    def evaluating(self, device: str, wait_s: float = EVALUATION_WAIT_S) -> Iterator[bool | None]:
+    def evaluating(
+        self, device: str, wait_s: float = EVALUATION_WAIT_S
+    ) -> contextlib.AbstractContextManager[bool | None]:
         """Held around one evaluation on `device`: True held, False not taken in time, None no lease."""
-        with self._held(device, wait_s, exclusive=False) as taken:
-            yield taken
+        return self._held(device, wait_s, exclusive=False)
 
-    @contextlib.contextmanager
-    def validating(self, device: str, wait_s: float = VALIDATION_WAIT_S) -> Iterator[bool | None]:
+    def validating(
+        self, device: str, wait_s: float = VALIDATION_WAIT_S
+    ) -> contextlib.AbstractContextManager[bool | None]:
         """Held around one validation on `device`: the evaluation in flight ends first, none starts."""
-        with self._held(device, wait_s, exclusive=True) as taken:
-            yield taken
+        return self._held(device, wait_s, exclusive=True)
 
     @contextlib.contextmanager
     def _held(self, device: str, wait_s: float, exclusive: bool) -> Iterator[bool | None]:

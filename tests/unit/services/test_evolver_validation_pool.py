@@ -46,7 +46,7 @@ class HeldValidations:
         self.release = threading.Event()
         self.started: list[str] = []
 
-    def __call__(self, task: Task, *, device: str, cache_dir: Path) -> None:
+    def __call__(self, task: Task, *, device: str, cache_dir: Path, device_lock_dir: str) -> None:
         self.started.append(task.name)
         if task.name.startswith("slow") and not self.release.wait(HOLD_S):
             raise AssertionError("the test never released the slow validation")

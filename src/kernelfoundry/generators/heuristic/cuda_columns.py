@@ -450,16 +450,10 @@ def _column_tile_open(name: str, params: list[str], pre: list[str], width: str =
     """Kernel head of the `width`-column x (256 / `width`)-row-group tiling of a 256-thread block:
     signature, scratch, the loop over tiles. `width` is a literal or a macro (a power of two, 32 to 256)."""
     k = [_column_signature(name, params)]
-    if width == "32":
-        k.append("  __shared__ float kf_part[8][33];")
-        k += pre
-        k.append("  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;")
-        k.append("  const int64_t tiles = (inner + 31) / 32;")
-    else:
-        k.append(f"  __shared__ float kf_part[256 / {width}][{width} + 1];")
-        k += pre
-        k.append(f"  const int tx = threadIdx.x % {width}, ty = threadIdx.x / {width};")
-        k.append(f"  const int64_t tiles = (inner + {width} - 1) / {width};")
+    k.append(f"  __shared__ float kf_part[256 / {width}][{width} + 1];")
+    k += pre
+    k.append(f"  const int tx = threadIdx.x % {width}, ty = threadIdx.x / {width};")
+    k.append(f"  const int64_t tiles = (inner + {width} - 1) / {width};")
     k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
     k.append(f"    const int64_t o = b / tiles, i = (b % tiles) * {width} + tx;")
     return k
@@ -471,7 +465,7 @@ def _column_tile_reduce(
     """Each thread combines its row group in runs of 32 rows (bounded rounding), the row groups' partials
     meet in shared memory; the column's result is written to `out` and left in kf_part[0][tx] for the
     block. `width` as in `_column_tile_open`."""
-    groups = "8" if width == "32" else f"(256 / {width})"
+    groups = f"(256 / {width})"
     k = [f"    float acc = {init};"]
     k.append("    if (i < inner) {")
     k.append(f"      for (int64_t j0 = ty; j0 < R; j0 += {groups} * 32) {{")

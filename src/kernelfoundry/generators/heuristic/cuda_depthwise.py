@@ -78,11 +78,6 @@ def depthwise_specialised(k: OpKernel) -> bool:
     return in_rows * in_cols * 4 <= DEPTHWISE_TILE_BYTES
 
 
-def depthwise_cols_tunable(k: OpKernel, entry: str) -> str | None:
-    """The tunable choosing `_dww` (4) or `_dw` (1) where both apply."""
-    return f"KF_DW_COLS_{entry.upper()}" if wide_tile(k) is not None else None
-
-
 def _plane_head(k: OpKernel, e: str, name: str, shared: str, th: int, tw: int) -> str:
     """A depthwise kernel's opening up to its loop over planes: the tile origin, each plane's input,
     filter in registers and bias."""
@@ -322,17 +317,19 @@ def depthwise_kernels(k: OpKernel, e: str) -> tuple[str, str]:
     _, kh, kw = p["kernel"]
     bx, by, rows, *_ = _depthwise_tile(k)
     kernels = _column_kernel(k, e)
-    column = _grid_launch(e, "dw", by * rows, bx, f"dim3({bx}, {by})", "  ")
-    tile, tunable = wide_tile(k), depthwise_cols_tunable(k, e)
-    if tile is not None and tunable is not None:
+    tile = wide_tile(k)
+    if tile is None:
+        column = _grid_launch(e, "dw", by * rows, bx, f"dim3({bx}, {by})", "  ")
+    else:  # both apply: the tunable KF_DW_COLS_<entry> chooses, 4 `_dww`, 1 `_dw`
+        tunable = f"KF_DW_COLS_{e.upper()}"
         define = f"// @kf.tunable {tunable} in [4, 1] default 4\n#ifndef {tunable}\n#define {tunable} 4\n"
         define += "#endif"
         kernels = "\n".join((define, kernels, _wide_kernel(k, e, tile)))
         wide = _grid_launch(
             e, "dww", WIDE_BY * WIDE_ROWS, WIDE_BX * WIDE_COLS, f"dim3({WIDE_BX}, {WIDE_BY})", "    "
         )
-        inner = _grid_launch(e, "dw", by * rows, bx, f"dim3({bx}, {by})", "    ")
-        column = f"  if ({tunable} == 4) {{\n{wide}\n  }} else {{\n{inner}\n  }}"
+        one = _grid_launch(e, "dw", by * rows, bx, f"dim3({bx}, {by})", "    ")
+        column = f"  if ({tunable} == 4) {{\n{wide}\n  }} else {{\n{one}\n  }}"
     launch = f"""  (void)cols;
   if (items <= 0 || p.out[2] <= 0) return KF_OK;
   if (p.G != p.C || p.CO % p.C || p.k[1] != {kh} || p.k[2] != {kw}) return KF_ERR_UNSUPPORTED;
