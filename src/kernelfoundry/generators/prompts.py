@@ -51,9 +51,10 @@ HARDWARE_FACTS: Mapping[str, str] = {
         " over the data beats several."
     ),
     "cuda": (
-        "NVIDIA GPU; the unit is built with nvcc -O3 -std=c++17 -arch=sm_XX for the executor's architecture"
-        " (sm_80 or newer). Warp size 32; up to 1024 threads per block; 48 KiB of static shared memory per"
-        " block (more with cudaFuncSetAttribute); 64K 32-bit registers per SM. Global memory wants coalesced"
+        "NVIDIA GPU; the unit is built with nvcc -O3 -std=c++17 for the executor's architecture (sm_80 or"
+        " newer; on Hopper for sm_90a, so wgmma is available). Warp size 32; up to 1024 threads per block;"
+        " 48 KiB of static shared memory per block (more with cudaFuncSetAttribute); 64K 32-bit registers"
+        " per SM. Global memory wants coalesced"
         " 128-byte accesses (float4 loads); data-centre GPUs read several TB/s (an H200 about 4.8 TB/s), so"
         " memory-bound kernels should make a single pass. All work goes on the `stream` argument."
     ),

@@ -2,8 +2,11 @@
 
 Flags: -O3 -arch=sm_XX -shared -Xcompiler -fPIC,-O3 -std=c++17 -cudart=static plus the tunables' -D
 defines. cudart is linked statically so the library needs only the driver on the executor, and the
-build needs no GPU and no torch headers. Architecture tokens: "sm90" -> sm_90, "sm90a" -> sm_90a,
-"sm100" -> sm_100 (SASS for that architecture plus its PTX).
+build needs no GPU and no torch headers. Architecture tokens: "sm100" -> -arch=sm_100 (SASS for that
+architecture plus its PTX); "sm90a" and "sm90" -> SASS for sm_90a only (one device pass, no PTX):
+every compute-capability-9.0 device (H100, H200, GH200) runs sm_90a code, whose arch-specific
+instructions (Hopper's warpgroup MMA, `wgmma`) the conv family uses; a unit built for sm_90 could not
+issue them. Other suffixed tokens likewise ("sm100a" -> sm_100a SASS).
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ def arch_flag(arch: str) -> str:
     match = _SM_TOKEN.match(arch)
     if not match:
         raise UnsupportedTarget(f"cuda architecture `{arch}` is not of the form sm<NN>[suffix], e.g. sm90")
-    return f"-arch=sm_{match.group(1)}{match.group(2)}"
+    number, suffix = match.group(1), match.group(2) or ("a" if match.group(1) == "90" else "")
+    if suffix:  # arch-specific features: that architecture's SASS, nothing for any other
+        return f"-gencode=arch=compute_{number}{suffix},code=sm_{number}{suffix}"
+    return f"-arch=sm_{number}"
 
 
 @dataclass(frozen=True)

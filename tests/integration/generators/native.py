@@ -19,6 +19,7 @@ from kernelfoundry.domain.kernel import KernelSource
 from kernelfoundry.evaluation.unit import KfDevice as _Dev
 from kernelfoundry.evaluation.unit import KfDtype as _Dt
 from kernelfoundry.evaluation.unit import KfTensor
+from kernelfoundry.toolchains.nvcc import arch_flag
 
 
 def fresh_path(suffix: str, directory: Path) -> Path:
@@ -49,7 +50,7 @@ def build_unit(source: KernelSource, out_dir: Path, params: Mapping[str, Any] | 
             "-std=c++17",
         ]
     else:
-        cmd = ["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-std=c++17"]
+        cmd = ["nvcc", "-O3", arch_flag("sm90"), "-shared", "-Xcompiler", "-fPIC", "-std=c++17"]
     proc = subprocess.run(
         [*cmd, *flags, f"-I{include_dir()}", str(src), "-o", str(lib)], capture_output=True, text=True
     )

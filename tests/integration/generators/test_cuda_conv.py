@@ -129,10 +129,21 @@ FOUR_BYTE_COMBOS = [  # the channels-last units' 4-byte fragment reads (ldmatrix
 ]
 
 
-def gpu_combos(nhwc: bool) -> list[dict[str, int]]:
+WARPGROUP_COMBOS = [  # the channels-last TF32 units' warpgroup MMAs (cuda_conv_wgmma.py): each BM (32 runs
+    # as 64), both tile widths, the shallowest and deepest pipelines
+    {"KF_WGMMA": 1},
+    {"KF_WGMMA": 1, "BM": 128, "KF_WG_BN": 256, "KF_STAGES": 4},
+    {"KF_WGMMA": 1, "BM": 64, "KF_WG_BN": 256, "KF_STAGES": 2, "KF_MIN_BLOCKS": 1},
+    {"KF_WGMMA": 1, "BM": 32, "KF_WG_BN": 128, "KF_STAGES": 3},
+]
+
+
+def gpu_combos(nhwc: bool, tf32: bool = False) -> list[dict[str, int]]:
     """The tilings the GPU tests judge a unit at: where its rows are NHWC (ldmatrix reads by default), the
-    4-byte reads besides."""
-    return GPU_COMBOS + FOUR_BYTE_COMBOS if nhwc else GPU_COMBOS
+    4-byte reads besides, and with one TF32 product the warpgroup MMAs."""
+    if not nhwc:
+        return GPU_COMBOS
+    return GPU_COMBOS + FOUR_BYTE_COMBOS + (WARPGROUP_COMBOS if tf32 else [])
 
 
 def conv_task(name: str, tf32: bool) -> Task:
@@ -199,6 +210,16 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
     runs3 = conv_source(conv_task("2d_runs", False), False, channels_last=True)
     units += [with_params(runs, {**combo, "KF_LDSM": 0}) for combo in COMBOS[::3]]
     units += [with_params(runs3, {**combo, "KF_LDSM": 0}) for combo in COMBOS[1::3]]
+    # the warpgroup MMAs: every BM, tile width, pipeline depth and blocks an SM
+    wg = [
+        {"KF_WGMMA": 1, "BM": bm, "KF_WG_BN": bn, "KF_STAGES": st, "KF_MIN_BLOCKS": b}
+        for (bm, bn), (st, b) in zip(
+            itertools.product((32, 64, 128), (128, 256)), itertools.cycle([(2, 1), (3, 2), (4, 1)])
+        )
+    ]
+    units += [with_params(runs, combo) for combo in wg]
+    phased_tf32 = conv_source(conv_task("t3d_runs", True), True, channels_last=True)
+    units += [with_params(phased_tf32, combo) for combo in wg[::2]]
     # phased (a strided transposed conv): its tap table in shared memory beside the deepest stages
     phased = conv_source(conv_task("t3d_runs", False), False, channels_last=True)
     units += [with_params(phased, combo) for combo in COMBOS if combo["KF_STAGES"] == 4]
@@ -219,7 +240,7 @@ def gpu_cases(
         for t in all_tasks(tf32):
             name = t.name.removeprefix("conv_")
             if selected is None or (name, tf32) in selected:
-                cases += [(t, gpu_combos(nhwc), tf32, nhwc) for nhwc in layouts(t)]
+                cases += [(t, gpu_combos(nhwc, tf32), tf32, nhwc) for nhwc in layouts(t)]
     return cases
 
 
@@ -289,7 +310,7 @@ def test_conv_units_are_correct_on_awkward_geometry(
         measure_torch_compile=False, measure_baselines=False, timed_runs=10, warmup_runs=1
     )
     failures = []
-    for nhwc, combo in ((n, c) for n in layouts(t) for c in gpu_combos(n)):
+    for nhwc, combo in ((n, c) for n in layouts(t) for c in gpu_combos(n, tf32)):
         unit = with_params(conv_source(t, tf32, nhwc), combo)
         b = build(unit, BuildTarget("cuda", "sm90"), cache)  # a cache hit
         assert b.ok and b.artifact is not None, b.log

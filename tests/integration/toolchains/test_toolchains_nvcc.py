@@ -41,7 +41,7 @@ def test_cuda_unit_builds_for_sm90_with_static_cudart(tmp_path):
     assert result.ok, result.log
     assert (
         result.toolchain.startswith("nvcc ")
-        and "-arch=sm_90" in result.flags
+        and "-gencode=arch=compute_90a,code=sm_90a" in result.flags
         and "-DTHREADS=128" in result.flags
     )
     needed = subprocess.run(["readelf", "-d", str(result.artifact)], capture_output=True, text=True).stdout

@@ -69,7 +69,14 @@ def test_gxx_refuses_an_architecture_it_cannot_build_for():
 
 
 @pytest.mark.parametrize(
-    ("token", "flag"), [("sm90", "-arch=sm_90"), ("sm90a", "-arch=sm_90a"), ("sm100", "-arch=sm_100")]
+    ("token", "flag"),
+    [
+        ("sm90", "-gencode=arch=compute_90a,code=sm_90a"),  # every cap-9.0 device runs sm_90a code
+        ("sm90a", "-gencode=arch=compute_90a,code=sm_90a"),
+        ("sm100", "-arch=sm_100"),
+        ("sm100a", "-gencode=arch=compute_100a,code=sm_100a"),
+        ("sm80", "-arch=sm_80"),
+    ],
 )
 def test_cuda_architecture_token_maps_to_nvcc_arch(token, flag):
     assert arch_flag(token) == flag

@@ -45,9 +45,10 @@ Pure string building.
 from __future__ import annotations
 
 from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
+from kernelfoundry.generators.heuristic import cuda_conv_wgmma as wgmma
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda import ALLOC
-from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, store_row
+from kernelfoundry.generators.heuristic.cuda_gemm import TC_LAYOUT, TileLayout, store_row
 from kernelfoundry.generators.heuristic.cuda_gemm_tc import TC_HELPERS, TC_STEP, TC_STEP_K16, TC_STEP_LDSM
 from kernelfoundry.generators.heuristic.graph import Graph, Ref
 from kernelfoundry.generators.heuristic.plan import Leaf
@@ -167,7 +168,7 @@ _LOAD_A = r"""  auto load_a = [&](int st, int k0) {
         const int e = tid + l * 256, r = e / (BK / 4), kk = e % (BK / 4) * 4;
         const int gm = m0 + r, gk = k0 + kk;
         const bool ok = gm < M && gk < K;  /* K % 4 == 0: the four are in range together */
-        if (e < BM * BK / 4) kf_cp16(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
+        if (e < BM * BK / 4) kf_cp16(KF_A_AT(st, r, kk), ok ? KF_A_SRC(gm, gk) : X, ok);
       }
     } else {
       #pragma unroll
@@ -175,7 +176,7 @@ _LOAD_A = r"""  auto load_a = [&](int st, int k0) {
         const int e = tid + l * 256, r = e / BK, kk = e % BK;
         const int gm = m0 + r, gk = k0 + kk;
         const bool ok = gm < M && gk < K;
-        kf_cp4(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);
+        kf_cp4(KF_A_AT(st, r, kk), ok ? KF_A_SRC(gm, gk) : X, ok);
       }
     }
   };
@@ -294,7 +295,7 @@ def _nhwc_loads(plan: ConvPlan) -> str:
     for (int u = 0; u < KF_PASSES; ++u) {{
       {at}
       const bool ok = gk < K && qin[u] && {ok};
-      kf_cp16_l1(&Bs[st][prow + KF_PIXEL_STEP * u][run],
+      kf_cp16_l1(KF_B_AT(st, prow + KF_PIXEL_STEP * u, run),
                  ok ? W + (int64_t)({index}) * geo.CI + ci : W, ok);
     }}
   }};
@@ -335,7 +336,12 @@ static_assert(KF_STAGES >= 2 && KF_STAGES <= 4, "KF_STAGES must be 2, 3 or 4");
 #define KF_BS_LD (BN + KF_PAD)
 #endif
 #define KF_SMEM_FLOATS (KF_STAGES * (BM * KF_AS_LD + KF_BS_ROWS * KF_BS_LD))
+#define KF_A_AT(st, r, k) (&As[st][r][k])  /* where a copy of A(r, k .. k + 3) lands */
+#define KF_B_AT(st, p, k) (&Bs[st][p][k])  /* likewise B's pixel p (channels-last) */
+"""
+)
 
+_COPIES = r"""
 /* 4- and 16-byte copies global -> shared that bypass the registers; ok false: zeros, nothing read */
 __device__ __forceinline__ void kf_cp4(float* dst, const float* src, bool ok) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
@@ -349,7 +355,9 @@ __device__ __forceinline__ void kf_cp16_l1(float* dst, const float* src, bool ok
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
 }
+"""
 
+_KERNEL_OPEN = r"""
 /* One BM x BN tile of a group's out = filters x im2col (then bias and the tail) per block of 256
    threads, warps as in the GEMM family's tensor-core kernel (warp w owns rows (w / 4) * BM / 2 + [0,
    BM / 2) and columns (w % 4) * BN / 4 + [0, BN / 4)); K streams through KF_STAGES shared stages filled by
@@ -374,7 +382,6 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
     for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
   }
 """
-)
 
 _MAIN_LOOP = (
     r"""
@@ -419,11 +426,21 @@ _MAIN_LOOP = (
 )
 
 
-def _open(plan: ConvPlan) -> str:
-    """The kernel's opening; phased, the block's pixel tile n0 is its phase's (set after the prologue)."""
+def _first_pixel(plan: ConvPlan, kernel_open: str) -> str:
+    """The kernel's opening with its first pixel n0: phased, the phase's tile (set after the prologue)."""
     if phases.phased(plan):
-        return _OPEN.replace("@N0@", "int n0;  /* the phase's pixel tile: set with the phase */")
-    return _OPEN.replace("@N0@", "const int n0 = blockIdx.x * BN;")
+        return kernel_open.replace("@N0@", "int n0;  /* the phase's pixel tile: set with the phase */")
+    return kernel_open.replace("@N0@", "const int n0 = blockIdx.x * BN;")
+
+
+def _open(plan: ConvPlan) -> str:
+    """The mma.sync kernel's definitions and opening."""
+    return _OPEN + _COPIES + _first_pixel(plan, _KERNEL_OPEN)
+
+
+def _wg_open(plan: ConvPlan) -> str:
+    """The warpgroup kernel's definitions and opening (cuda_conv_wgmma.py)."""
+    return TC_HELPERS + _COPIES + wgmma.wg_helpers() + _first_pixel(plan, wgmma.WG_OPEN)
 
 
 def _phase_setup(plan: ConvPlan) -> str:
@@ -457,9 +474,9 @@ def _a_source(plan: ConvPlan, nhwc: bool) -> str:
     return "#define KF_A_SRC(gm, gk) (X + ((int64_t)((gk) / KF_TAPS) * M + (gm)) * KF_TAPS + (gk) % KF_TAPS)"
 
 
-def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
-    """Per accumulator row (an output channel): bias, the tail with the row's per-channel operands, the
-    row's stores."""
+def _epilogue(graph: Graph, plan: ConvPlan, at: TileLayout) -> list[str]:
+    """Per accumulator row (an output channel; `at`: where the kernel's accumulators sit): bias, the
+    tail with the row's per-channel operands, the row's stores."""
     conv = plan.conv.name
     channel = {name: f"C{k}" for k, name in enumerate(plan.channel_leaves)}
     scalar = {name: f"S{k}" for k, name in enumerate(plan.scalar_leaves)}
@@ -475,7 +492,7 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
     w = out.append
     w("  #pragma unroll")
     w("  for (int i = 0; i < KF_TM; ++i) {")
-    w(f"    const int r = {TC_LAYOUT.row};")
+    w(f"    const int r = {at.row};")
     w("    const int rc = r < M ? r : M - 1;  /* rows past CO store nothing; read a valid channel */")
     w("    const float cb = bias ? bias[cbase + rc] : 0.0f;")
     w("    float v[KF_TN];")
@@ -489,7 +506,7 @@ def _epilogue(graph: Graph, plan: ConvPlan) -> list[str]:
         out.extend(body)
         w(f"      v[j] = {val};")
     w("    }")
-    out.extend(phases.store_lines(TC_LAYOUT.run_col) if phases.phased(plan) else store_row(TC_LAYOUT, False))
+    out.extend(phases.store_lines(at.run_col) if phases.phased(plan) else store_row(at, False))
     w("  }")
     w("}")
     return out
@@ -638,6 +655,12 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # 11 of 11 level-1 channels-last convs on the H100, bench/results/h100_2026-12-06/), swept
         tunables.append("// @kf.tunable KF_LDSM in [0, 1] default 1")
         defaults["KF_LDSM"] = 1
+    warpgroups = nhwc and variant.tf32
+    if warpgroups:  # Hopper's warpgroup MMA on swizzled stages (cuda_conv_wgmma.py), its tile width: swept
+        tunables.append("// @kf.tunable KF_WGMMA in [0, 1] default 0")
+        tunables.append("// @kf.tunable KF_WG_BN in [128, 256] default 128")
+        defaults["KF_WGMMA"] = 0
+        defaults["KF_WG_BN"] = 128
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
@@ -654,14 +677,17 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if nhwc:
         cig = int(graph.shapes[plan.x][1]) // plan.groups
         lines += [f"#define KF_CIG {cig}  /* input channels a group (checked against the input) */", ALLOC]
-    lines += [
-        _args_struct(plan, nhwc),
-        _open(plan).rstrip("\n"),
-        (_nhwc_prologue(plan) if nhwc else _prologue(plan)).rstrip("\n"),
-        (_nhwc_loads(plan) if nhwc else _loads(plan)).rstrip("\n"),
-        _MAIN_LOOP.rstrip("\n"),
-    ]
-    lines += _epilogue(graph, plan)
+    prologue = (_nhwc_prologue(plan) if nhwc else _prologue(plan)).rstrip("\n")
+    loads = (_nhwc_loads(plan) if nhwc else _loads(plan)).rstrip("\n")
+    lines.append(_args_struct(plan, nhwc))
+    if warpgroups:
+        lines += ["#if KF_WGMMA", _wg_open(plan).rstrip("\n"), prologue, loads]
+        lines.append(wgmma.WG_MAIN_LOOP.rstrip("\n"))
+        lines += [*_epilogue(graph, plan, wgmma.WG_LAYOUT), "#else  /* mma.sync */"]
+    lines += [_open(plan).rstrip("\n"), prologue, loads, _MAIN_LOOP.rstrip("\n")]
+    lines += _epilogue(graph, plan, TC_LAYOUT)
+    if warpgroups:
+        lines.append("#endif")
     if nhwc:
         lines += [_TO_CHANNELS_LAST.rstrip("\n"), "", _filters_kernel(plan)]
     lines.append("")

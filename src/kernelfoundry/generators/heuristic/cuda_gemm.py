@@ -56,7 +56,7 @@ _CUDA_REDUCTIONS = ("sum", "mean")
 
 
 @dataclass(frozen=True)
-class _Layout:
+class TileLayout:
     """Where a kernel's accumulators sit in the output tile, for the shared epilogue."""
 
     row: str  # the output row of accumulator row i
@@ -99,7 +99,7 @@ static const float* kf_stage(const float* src, int64_t rows, int* ld, float** st
 }
 """
 
-_SIMT = _Layout(
+_SIMT = TileLayout(
     row="m0 + (i >> 2) * 64 + ty * 4 + (i & 3)",
     col="n0 + (j >> 2) * 64 + tx * 4 + (j & 3)",
     run=4,
@@ -107,7 +107,7 @@ _SIMT = _Layout(
     row_lanes=(8, 4, 2, 1),  # the 16 threads of a row are one half of a warp
     leader="tx == 0",
 )
-TC_LAYOUT = _Layout(
+TC_LAYOUT = TileLayout(
     row="m0 + wm * (BM / 2) + (i >> 1) * 16 + (i & 1) * 8 + g",
     col="n0 + wn * (8 * KF_WN) + (j >> 1) * 8 + tig * 2 + (j & 1)",
     run=2,
@@ -190,7 +190,7 @@ def cuda_gemm_applies(graph: Graph) -> bool:
     return cuda_gemm_plan(graph) is not None
 
 
-def _epilogue(graph: Graph, plan: GemmPlan, at: _Layout) -> list[str]:
+def _epilogue(graph: Graph, plan: GemmPlan, at: TileLayout) -> list[str]:
     """The end of the kernel: bias, the tail per accumulator, the stores (or the row partials)."""
     step = plan.step
     lin = plan.linear.name
@@ -255,7 +255,7 @@ def _epilogue(graph: Graph, plan: GemmPlan, at: _Layout) -> list[str]:
     return out
 
 
-def store_row(at: _Layout, split: bool) -> list[str]:
+def store_row(at: TileLayout, split: bool) -> list[str]:
     """Stores of accumulator row i's values `v[KF_TN]` to output row r (`out + r * N`): float4 / float2
     runs where `vec_out`, guarded scalars at the edge; `split`: added atomically when K is split."""
     out: list[str] = []
@@ -299,7 +299,7 @@ def splits_k(plan: GemmPlan) -> bool:
     return plan.matmul and plan.step is None
 
 
-def _triangle_value(plan: GemmPlan, at: _Layout) -> str:
+def _triangle_value(plan: GemmPlan, at: TileLayout) -> str:
     """Accumulator (i, j) where the kept triangle holds it, else 0 (torch.triu / tril's diagonal)."""
     keep = ">=" if plan.triangle == "triu" else "<="
     return f"({at.col}) - r {keep} {plan.diagonal} ? acc[i][j] : 0.0f"
