@@ -14,7 +14,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_emulation import emulated_output, emulation_ready
-from test_cuda_conv import CONVS, GPU_COMBOS, TF32_TOLERANCE, conv_source, conv_task, layouts, suite_task
+from test_cuda_conv import (
+    CONVS,
+    GPU_COMBOS,
+    TF32_TOLERANCE,
+    WARPGROUP_COMBOS,
+    conv_source,
+    conv_task,
+    layouts,
+    suite_task,
+)
 
 from kernelfoundry.tasks.model import ShapeVariant, Task
 from tests.integration.generators.cuda_judge import with_params
@@ -117,3 +126,20 @@ def test_the_channels_last_tf32_conv_rounds_its_operands_to_nearest_where_it_sta
     assert "#define KF_PREROUNDED 1" in source.code
     got, _ = emulated_output(task, source, tmp_path)
     assert torch.equal(got, torch.full_like(got, 72 * (1 + 2**-10)))
+
+
+@pytest.mark.parametrize("name", ["2d_grouped_vec", "2d_runs", "t3d_runs", "t2d_runs", "1d_dilated"])
+def test_the_channels_last_conv_multiplies_by_warpgroups(name: str, tmp_path: Path) -> None:
+    """KF_WGMMA 1 (cuda_conv_wgmma.py): the gathers write each 16-byte run at its swizzled place, the
+    warpgroups' descriptors name their slabs and k8 steps, the accumulators land where WG_LAYOUT says, at
+    every BM (32 runs as 64), both tile widths and the shallowest and deepest pipelines: a K that ends
+    inside a slice (36 a group), slices that span taps, a phased grouped transpose, positions outside the
+    input on both sides; against torch at TF32's tolerance."""
+    import torch
+
+    t = conv_task(name, True)
+    sources = [with_params(conv_source(t, True, True), combo) for combo in WARPGROUP_COMBOS]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda s: emulated_output(t, s, tmp_path), sources))
+    for combo, (got, expected) in zip(WARPGROUP_COMBOS, results, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2, msg=lambda m, x=combo: f"{x}: {m}")

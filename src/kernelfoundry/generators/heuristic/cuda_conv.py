@@ -44,6 +44,8 @@ Pure string building.
 
 from __future__ import annotations
 
+import math
+
 from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
 from kernelfoundry.generators.heuristic import cuda_conv_wgmma as wgmma
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
@@ -79,6 +81,25 @@ def _block_rows(plan: ConvPlan) -> int:
     rows where a group has at most 32 or 64)."""
     rows = int(plan.conv.shape[1]) // plan.groups
     return 32 if rows <= 32 else 64 if rows <= 64 else 128
+
+
+# The warpgroup MMAs' default (cuda_conv_wgmma.py) where a group's K (its input channels times the taps
+# a pixel reads) reaches this and it has at least 64 output channels: on the H100 they ran level1/56,
+# 55, 62, 65, 80 and 57 (K 576-2240, 64-128 channels) 12-37% faster than the mma.sync kernel, and lost
+# 4-32% on 67 and 64 (K 192 and 384: a few slices, the pipeline's fill and the epilogue dominate) and tied
+# on 78 and 71 (32 channels: half of each 64-row slab is padding), bench/results/h100_2026-12-06c/.
+WARPGROUP_MIN_K = 512
+
+
+def warpgroups_by_default(graph: Graph, plan: ConvPlan) -> bool:
+    """Whether the channels-last TF32 unit multiplies by warpgroup MMAs unless swept otherwise: a group's
+    K at least WARPGROUP_MIN_K (a transposed conv's taps spread over its stride's phases) and at least 64
+    output channels."""
+    channels = int(graph.shapes[plan.x][1]) // plan.groups
+    taps = math.prod(plan.kernel)
+    if plan.transposed:
+        taps = max(1, taps // math.prod(plan.stride))
+    return channels * taps >= WARPGROUP_MIN_K and _block_rows(plan) >= 64
 
 
 def _geometry_defines(plan: ConvPlan) -> list[str]:
@@ -657,10 +678,11 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         defaults["KF_LDSM"] = 1
     warpgroups = nhwc and variant.tf32
     if warpgroups:  # Hopper's warpgroup MMA on swizzled stages (cuda_conv_wgmma.py), its tile width: swept
-        tunables.append("// @kf.tunable KF_WGMMA in [0, 1] default 0")
-        tunables.append("// @kf.tunable KF_WG_BN in [128, 256] default 128")
-        defaults["KF_WGMMA"] = 0
-        defaults["KF_WG_BN"] = 128
+        on = warpgroups_by_default(graph, plan)
+        tunables.append(f"// @kf.tunable KF_WGMMA in [0, 1] default {int(on)}")
+        tunables.append("// @kf.tunable KF_WG_BN in [128, 256] default 256")
+        defaults["KF_WGMMA"] = int(on)
+        defaults["KF_WG_BN"] = 256
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
