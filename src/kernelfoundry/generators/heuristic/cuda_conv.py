@@ -661,14 +661,18 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # spills with the ldmatrix reads): 10-25% faster than one 128 x 256 block on the five level-1
         # convs of 128 output channels on the H100, bench/results/h100_2026-12-06/
         wn, blocks = 4, 2
+    wg_on = nhwc and variant.tf32 and warpgroups_by_default(graph, plan)
+    # the warpgroup tiles' four stages (two slices in flight, one block an SM): 2-10% faster than three
+    # at 256 pixels wide on level1/56, 55, 62, 65, 80 and 57 on the H100 (bench/results/h100_2026-12-06c/)
+    stages = 4 if wg_on else 3
     tunables = [
         f"// @kf.tunable BM in [32, 64, 128] default {bm}",
         "// @kf.tunable BK in [8, 16, 32] default 16",
-        "// @kf.tunable KF_STAGES in [2, 3, 4] default 3",
+        f"// @kf.tunable KF_STAGES in [2, 3, 4] default {stages}",
         f"// @kf.tunable KF_MIN_BLOCKS in [1, 2] default {blocks}",
         f"// @kf.tunable KF_WN in [4, 8] default {wn}",
     ]
-    defaults = {"BM": bm, "BK": 16, "KF_STAGES": 3, "KF_MIN_BLOCKS": blocks, "KF_WN": wn}
+    defaults = {"BM": bm, "BK": 16, "KF_STAGES": stages, "KF_MIN_BLOCKS": blocks, "KF_WN": wn}
     if nhwc and variant.tf32:  # the fragment reads' width, where 16 bytes apply (BK 16 or 32): swept
         tunables.append("// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 0")
         defaults["KF_WIDE_FRAGS"] = 0
@@ -678,10 +682,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         defaults["KF_LDSM"] = 1
     warpgroups = nhwc and variant.tf32
     if warpgroups:  # Hopper's warpgroup MMA on swizzled stages (cuda_conv_wgmma.py), its tile width: swept
-        on = warpgroups_by_default(graph, plan)
-        tunables.append(f"// @kf.tunable KF_WGMMA in [0, 1] default {int(on)}")
+        tunables.append(f"// @kf.tunable KF_WGMMA in [0, 1] default {int(wg_on)}")
         tunables.append("// @kf.tunable KF_WG_BN in [128, 256] default 256")
-        defaults["KF_WGMMA"] = int(on)
+        defaults["KF_WGMMA"] = int(wg_on)
         defaults["KF_WG_BN"] = 256
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
