@@ -157,7 +157,8 @@ def test_k_streams_through_a_cp_async_pipeline_of_declared_depth() -> None:
     assert "kf_conv<<<grid, 256, smem, st>>>" in code
     # K = 16 x 9 = 144: the filters' rows are k-contiguous and 16-byte aligned where the weight is
     assert "const int a_vec = K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0;" in code
-    assert "kf_cp16(&As[st][r][kk], ok ? KF_A_SRC(gm, gk) : X, ok);" in code
+    assert "kf_cp16(KF_A_AT(st, r, kk), ok ? KF_A_SRC(gm, gk) : X, ok);" in code
+    assert "#define KF_A_AT(st, r, k) (&As[st][r][k])" in code  # the mma.sync stages: row-major
 
 
 def test_a_bare_conv_of_channels_in_runs_of_four_leads_with_the_channels_last_path() -> None:
@@ -185,7 +186,8 @@ def test_the_channels_last_path_copies_16_byte_runs_of_one_tap() -> None:
     assert "qoff[u] = (qd[u] * geo.IH + qh[u]) * geo.IW + qw[u];" in code
     assert "const int toff = (td * geo.IH + th) * geo.IW + tw;" in code
     assert "ok ? W + (int64_t)(qoff[u] + toff) * geo.CI + ci : W, ok);" in code
-    assert "kf_cp16_l1(&Bs[st][prow + KF_PIXEL_STEP * u][run]," in code
+    assert "kf_cp16_l1(KF_B_AT(st, prow + KF_PIXEL_STEP * u, run)," in code
+    assert "#define KF_B_AT(st, p, k) (&Bs[st][p][k])" in code
     # the stages are pixel-major (k-contiguous), and so are the fragment reads
     assert "#define KF_B_FRAG(k, c) Bs[cur][c][k]" in code
     # the input's NHWC copy and the filters' (CO, taps, channel) copy, in scratch freed after the conv
@@ -250,3 +252,51 @@ def test_the_channels_last_tf32_conv_of_128_rows_takes_two_blocks_of_128_by_128_
         assert f"// @kf.tunable KF_MIN_BLOCKS in [1, 2] default {2 if narrow else 1}" in code, v
         checked += narrow
     assert checked, "no channels-last TF32 unit among the seeds"
+
+
+@pytest.mark.parametrize(
+    ("module", "shape", "on"),
+    [
+        # K = 64 x 35 = 2240 a group, 128 output channels: level1/56's geometry, small
+        ("nn.Conv2d(64, 128, (5, 7))", "1, 64, 12, 14", True),
+        # a transposed conv of stride 1: K = 64 x 9 = 576, 64 channels (level1/57)
+        ("nn.ConvTranspose2d(64, 64, 3)", "1, 64, 9, 9", True),
+        # short K: 64 x 3 = 192 (level1/67)
+        ("nn.Conv1d(64, 128, 3)", "1, 64, 40", False),
+        # 32 output channels: half of each 64-row slab would be padding (level1/78)
+        ("nn.ConvTranspose2d(32, 32, (3, 7), padding=(1, 3))", "1, 32, 9, 15", False),
+        # stride 2 spreads a transposed conv's 9 taps over 4 phases: K = 64 x 2 = 128 a phase
+        ("nn.ConvTranspose2d(64, 64, 3, stride=2)", "1, 64, 9, 9", False),
+    ],
+)
+def test_the_channels_last_tf32_unit_multiplies_by_warpgroups_where_k_is_long(
+    module: str, shape: str, on: bool
+) -> None:
+    """KF_WGMMA (cuda_conv_wgmma.py) is declared on every channels-last one-TF32-product unit, on by
+    default where a group's K is at least 512 with 64 or more output channels (then with four stages),
+    and absent from 3xTF32 and NCHW units; the unit holds both kernels, the preprocessor picks one."""
+    found = [
+        (c.source, v)
+        for c in seeds(conv_task(module, shape))
+        if (v := parse_variant(c.source.code)) and v.gemm
+    ]
+    checked = 0
+    for source, v in found:
+        declared = {t.name: (t.values, t.default) for t in source.tunables}
+        if not (v.channels_last and v.tf32):
+            assert "KF_WGMMA" not in declared and "wgmma" not in source.code, v
+            continue
+        checked += 1
+        assert declared["KF_WGMMA"] == ((0, 1), int(on))
+        assert declared["KF_WG_BN"] == ((128, 256), 256)
+        assert declared["KF_STAGES"] == ((2, 3, 4), 4 if on else 3)
+        code = source.code
+        assert code.index("#if KF_WGMMA") < code.index("#else  /* mma.sync */") < code.index("kf_forward")
+        assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in code
+        assert "#define KF_A_AT(st, r, k) (kf_stages + (st) * KF_STAGE_FLOATS + KF_SWZ(r, k))" in code
+        # one group of MMAs in flight; the gathers into the stage the group before last read
+        loop = code[code.index('asm volatile("cp.async.wait_group %0;" ::"n"(KF_WG_STAGES - 3));') :]
+        fence, barrier = loop.index("kf_async_fence();"), loop.index("__syncthreads();")
+        refill, mma = loop.index("load_b(next % KF_WG_STAGES"), loop.index("kf_wgmma(acc,")
+        assert fence < barrier < refill < mma < loop.index("kf_wg_wait<1>();")
+    assert checked == 1, found
