@@ -15,6 +15,7 @@ from kernelfoundry.abi import include_dir
 from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator, parse_variant
 from kernelfoundry.tasks.model import ShapeVariant, Task
+from kernelfoundry.toolchains.nvcc import arch_flag
 
 sys.path.insert(0, str(Path(__file__).parent))
 from native import build_unit
@@ -106,7 +107,7 @@ def test_rows_in_registers_leave_room_for_two_blocks_of_a_row_each_per_sm(tmp_pa
         src.write_text(unit.source.code)
         flags = [f"-D{k}={v}" for k, v in sorted(unit.source.defines().items())]
         proc = subprocess.run(
-            ["nvcc", "-O3", "-arch=sm_90", "-cubin", "-Xptxas", "-v", *flags, f"-I{include_dir()}",
+            ["nvcc", "-O3", arch_flag("sm90"), "-cubin", "-Xptxas", "-v", *flags, f"-I{include_dir()}",
              str(src), "-o", str(tmp_path / f"{name}.cubin")],
             capture_output=True, text=True,
         )  # fmt: skip

@@ -24,6 +24,7 @@ from kernelfoundry.generators.base import GenerationRequest
 from kernelfoundry.generators.heuristic import HeuristicGenerator, parse_variant
 from kernelfoundry.tasks.model import ShapeVariant, Task
 from kernelfoundry.tasks.reference import instantiate
+from kernelfoundry.toolchains.nvcc import arch_flag
 
 sys.path.insert(0, str(Path(__file__).parent))
 from native import Unit, build_unit
@@ -632,7 +633,7 @@ def test_family_kernels_compile_for_sm90_without_spills(tmp_path: Path) -> None:
         src = tmp_path / f"u{i}.cu"
         src.write_text(kernel.code)
         proc = subprocess.run(
-            ["nvcc", "-O3", "-arch=sm_90", "-c", "-std=c++17", "--ptxas-options=-v", f"-I{include_dir()}",
+            ["nvcc", "-O3", arch_flag("sm90"), "-c", "-std=c++17", "--ptxas-options=-v", f"-I{include_dir()}",
              str(src), "-o", str(src.with_suffix(".o"))],
             capture_output=True, text=True,
         )  # fmt: skip
