@@ -5,20 +5,28 @@ The unit's `name<<<grid, block, smem, stream>>>(args)` launches become calls of 
 small `cuda_runtime.h` stands in for CUDA's: each block's threads are OS threads that run the kernel
 body one block after another, `__syncthreads` is a barrier of the block's threads, `__shared__`
 variables are statics (one block runs at a time) and the dynamic `extern __shared__` array a buffer of
-the launch's size (a block's own). `cudaLaunchKernelEx` with a cluster dimension runs a cluster's blocks
-at once, each with its own threads, barriers and dynamic array; `cooperative_groups::this_cluster()`
-gives the cluster's barrier and `map_shared_rank` (into another block's dynamic array: a cluster
-kernel keeps its shared data there, its statics being one for all the cluster's blocks here), warp
-shuffles exchange values through per-warp slots between two barriers of the
+the launch's size (a block's own, 1024-byte aligned). `cudaLaunchKernelEx` with a cluster dimension runs
+a cluster's blocks at once, each with its own threads, barriers and dynamic array;
+`cooperative_groups::this_cluster()` gives the cluster's barrier and `map_shared_rank` (into another
+block's dynamic array: a cluster kernel keeps its shared data there, its statics being one for all the
+cluster's blocks here), warp shuffles exchange values through per-warp slots between two barriers of the
 warp, `__ldg` of a float4 and every access through a pointer cast to float4 / float2 check their
-alignment. The inline PTX the GEMM and conv families issue
+alignment. `__cvta_generic_to_shared` of a pointer into the block's dynamic array gives its byte offset
+there (the array at shared address 0, so that the unit's arithmetic on it, wgmma's descriptors and the
+swizzle's address bits work as on the GPU), of any other pointer a handle that carries no arithmetic;
+every emulation that takes a shared address reads both. The inline PTX the GEMM and conv families issue
 is rewritten into calls of its emulation (`emulate_ptx`): `cvt.rna.tf32.f32` rounds to TF32 (nearest,
 ties away from zero), `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` exchanges the warp's
 fragments through per-warp slots and each lane sums its four outputs from the PTX ISA's fragment
 layout, `ldmatrix.sync.aligned.m8n8.x4` hands each lane its four words through per-warp slots
 (its rows checked to be 16-byte aligned), `cp.async` copies at once (zeros past its source size;
-16-byte copies check both addresses' alignment) and its groups' commit and wait are no-ops; any other
-PTX fails the build, named. The unit is then built by g++ (C++20) into a shared library that
+16-byte copies check both addresses' alignment) and its groups' commit and wait are no-ops,
+`wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32` (both operands K-major in the dynamic array under
+the 128-byte swizzle, given by their descriptors; accumulators read-write) has each of the warpgroup's
+threads sum its own N / 2 registers of D from shared memory when it is issued (the PTX ISA's fragment
+layout and swizzled addresses, every read checked to lie in the dynamic array, another swizzle mode or a
+base offset refused by an assert), so wgmma's fence, commit and wait and `fence.proxy.async` are no-ops;
+any other PTX fails the build, named. The unit is then built by g++ (C++20) into a shared library that
 `native.Unit` calls with CPU tensors.
 """
 
@@ -48,6 +56,7 @@ RUNTIME_H = r"""
 #include <functional>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #define __global__
 #define __device__
@@ -182,16 +191,36 @@ inline void emu_mma_m16n8k8_tf32(float& c0, float& c1, float& c2, float& c3, uin
   c2 += s2;
   c3 += s3;
 }
-/* a shared address is a handle to the pointer it came from (the unit keeps it 32 bits wide) */
+/* the block's dynamic shared array (the launch's buffer, 1024-byte aligned) and its size */
+inline thread_local unsigned char* emu_dynamic_smem;
+inline thread_local size_t emu_smem_size;
+/* A shared address: a pointer into the block's dynamic array maps to its byte offset there (arithmetic
+   on it, descriptors and the swizzle's address bits work as on the GPU, the array starting at shared
+   address 0); any other pointer (a static `__shared__` array) to a handle, EMU_SHARED_HANDLE with one of
+   64 per-thread slots in bits 12-17, that carries no arithmetic (the unit keeps it 32 bits wide). */
+enum : unsigned { EMU_SHARED_HANDLE = 0x80000000u };
 inline thread_local void* emu_shared_at[64];
 inline thread_local unsigned emu_shared_next;
 inline unsigned __cvta_generic_to_shared(const void* p) {
+  const uintptr_t at = (uintptr_t)p, base = (uintptr_t)emu_dynamic_smem;
+  if (emu_dynamic_smem && at >= base && at - base <= emu_smem_size) return (unsigned)(at - base);
   const unsigned h = emu_shared_next++ & 63;
   emu_shared_at[h] = const_cast<void*>(p);
-  return h;
+  return EMU_SHARED_HANDLE | h << 12;
+}
+/* the `size` bytes at shared address `addr`: in the dynamic array (checked to lie inside it) or a
+   static array's handle */
+inline unsigned char* emu_shared(unsigned addr, size_t size) {
+  if (addr & EMU_SHARED_HANDLE) {
+    assert((addr & ~(EMU_SHARED_HANDLE | 63u << 12)) == 0 &&
+           "arithmetic on a static __shared__ array's address (only the dynamic array's carries it)");
+    return static_cast<unsigned char*>(emu_shared_at[(addr >> 12) & 63]);
+  }
+  assert(emu_dynamic_smem && addr + size <= emu_smem_size && "shared address outside the dynamic array");
+  return emu_dynamic_smem + addr;
 }
 inline void emu_cp_async(unsigned dst, const void* src, int size, int src_size) {
-  unsigned char* d = static_cast<unsigned char*>(emu_shared_at[dst & 63]);
+  unsigned char* d = emu_shared(dst, size);
   assert(((uintptr_t)d) % size == 0 && "misaligned cp.async destination");
   assert((src_size == 0 || ((uintptr_t)src) % size == 0) && "misaligned cp.async source");
   assert(src_size >= 0 && src_size <= size);
@@ -203,7 +232,7 @@ inline void emu_cp_async(unsigned dst, const void* src, int size, int src_size) 
 inline const unsigned char* emu_rows[EMU_MAX_CLUSTER * 1024];
 inline void emu_ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, unsigned addr) {
   const int t = emu_slot(), w = emu_tid() / 32, lane = t & 31, base = t - lane;
-  const unsigned char* row = static_cast<const unsigned char*>(emu_shared_at[addr & 63]);
+  const unsigned char* row = emu_shared(addr, 16);
   assert(((uintptr_t)row) % 16 == 0 && "misaligned ldmatrix row");
   emu_rows[t] = row;
   emu_me->warps[w]->arrive_and_wait();
@@ -211,16 +240,60 @@ inline void emu_ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& 
   for (int i = 0; i < 4; ++i) memcpy(r[i], emu_rows[base + 8 * i + lane / 4] + 4 * (lane % 4), 4);
   emu_me->warps[w]->arrive_and_wait();
 }
+/* wgmma's shared-memory descriptor of a K-major operand under the 128-byte swizzle: start address
+   (bits 0-13) and stride byte offset (bits 32-45, between 8-row groups) in 16-byte units, the leading
+   byte offset (bits 16-29) unused by this layout, base offset (bits 49-51) 0, swizzle mode (bits 62-63)
+   1. The start is an offset into the block's dynamic array (the only shared memory wgmma reads here). */
+inline void emu_wgmma_check(uint64_t desc) {
+  assert((desc >> 62) == 1 && "wgmma descriptor: only the 128-byte swizzle (mode 1) is emulated");
+  assert(((desc >> 49) & 7) == 0 && "wgmma descriptor: a nonzero base offset is not emulated");
+}
+/* element (row, k) of the operand: byte 4 k of row r at start + (r / 8) SBO + (r % 8) 128, the address's
+   bits 4-6 XOR its bits 7-9 (the 16-byte chunk q of a row at chunk q ^ (r % 8) where the 8-row groups
+   are 1024-byte aligned); TF32: the low 13 mantissa bits ignored */
+inline float emu_wgmma_read(uint64_t desc, int row, int k) {
+  const size_t start = (desc & 0x3FFF) << 4, sbo = ((desc >> 32) & 0x3FFF) << 4;
+  size_t a = start + (row / 8) * sbo + (row % 8) * 128 + 4 * k;
+  a ^= ((a >> 7) & 7) << 4;
+  assert(emu_dynamic_smem && a + 4 <= emu_smem_size && "wgmma operand outside the dynamic shared array");
+  uint32_t u;
+  memcpy(&u, emu_dynamic_smem + a, 4);
+  return __uint_as_float(u & 0xffffe000u);
+}
+/* wgmma.mma_async m64nNk8 f32 += tf32 * tf32, both operands K-major in shared memory: D (64 x N) = A
+   (64 x 8) * B (N x 8)^T, plus D where scale_d is nonzero. The warpgroup's 128 threads issue it together;
+   register r of thread t (warp w = t / 32 % 4, lane l) holds D(16 w + l / 4 + 8 (r / 2 % 2), 8 (r / 4) +
+   2 (l % 4) + r % 2), mma.sync m16n8's c0..c3 over N / 8 column tiles. Each thread sums its own registers
+   from shared memory at once: nothing passes between the threads, and the copies the unit waited for
+   (cp.async lands when issued) are in place, so no barrier. Done when issued: its commit and wait are
+   no-ops, as are wgmma.fence and the async proxy's fence. */
+template <int N, class... F>
+inline void emu_wgmma_m64k8_tf32(uint64_t desc_a, uint64_t desc_b, int scale_d, F&... d) {
+  static_assert(N % 8 == 0 && N >= 8 && N <= 256 && sizeof...(F) == N / 2, "m64nNk8: N / 2 registers");
+  static_assert((std::is_same_v<F, float> && ...), "f32 accumulators");
+  const int t = emu_tid(), lane = t % 32, w = t / 32 % 4;
+  assert(t / 128 * 128 + 128 <= (int)(blockDim.x * blockDim.y * blockDim.z) && "wgmma: 4 whole warps");
+  emu_wgmma_check(desc_a);
+  emu_wgmma_check(desc_b);
+  float a[2][8];
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 8; ++k) a[i][k] = emu_wgmma_read(desc_a, 16 * w + lane / 4 + 8 * i, k);
+  float* regs[] = {&d...};
+  for (int r = 0; r < N / 2; ++r) {
+    const int col = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+    float s = 0.0f;
+    for (int k = 0; k < 8; ++k) s += a[r / 2 % 2][k] * emu_wgmma_read(desc_b, col, k);
+    *regs[r] = scale_d ? *regs[r] + s : s;
+  }
+}
 /* a float4 / float2 access through a cast pointer: the GPU faults where it is not aligned to its size */
 template <class T, class P> inline T* emu_vec_ptr(P p) {
   assert(((uintptr_t)p) % sizeof(T) == 0 && "misaligned vector access");
   return reinterpret_cast<T*>(p);
 }
-inline thread_local unsigned char* emu_dynamic_smem;
 inline thread_local std::barrier<>* emu_cluster_bar;
 inline thread_local unsigned char* const* emu_cluster_smem;
 inline thread_local int emu_cluster_size = 1;
-inline thread_local size_t emu_smem_size;
 /* `cluster` blocks of the grid (consecutive in x) run at once, each its own threads, barriers and
    dynamic shared array, with a barrier across them; clusters (and blocks, at 1) run one after another */
 inline void emu_launch(dim3 g, dim3 b, size_t smem, int cluster, const std::function<void()>& fn) {
@@ -234,8 +307,9 @@ inline void emu_launch(dim3 g, dim3 b, size_t smem, int cluster, const std::func
   std::vector<unsigned char*> bases(cluster);
   for (int r = 0; r < cluster; ++r) {
     blocks_of.emplace_back(new emu_block(n));
-    buffers[r].resize(smem + 16);  /* over-aligned by hand: the unit's __align__(16) */
-    bases[r] = buffers[r].data() + (16 - ((uintptr_t)buffers[r].data()) % 16) % 16;
+    /* 1024-byte aligned by hand: the 128-byte swizzle is a function of the address bits 4-9 */
+    buffers[r].resize(smem + 1024);
+    bases[r] = buffers[r].data() + (1024 - ((uintptr_t)buffers[r].data()) % 1024) % 1024;
     blocks_of[r]->smem = bases[r];
   }
   std::barrier<> cluster_bar(n * cluster);
@@ -362,6 +436,27 @@ _OPERAND = re.compile(r'^"[^"]*"\s*\((.*)\)$', re.S)  # "constraint"(expression)
 _CP_ASYNC = re.compile(r"cp\.async\.c[ag]\.shared\.global \[%0\], \[%1\], (\d+), %2;")
 _DYNAMIC_SHARED = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?float (\w+)\[\];")
 _VECTOR_CAST = re.compile(r"reinterpret_cast<((?:const )?float[24])\s*\*>\(")
+# m64nNk8 TF32 with both operands' descriptors, its scale-d a predicate set from an operand
+_WGMMA = re.compile(
+    r"\{\s*\.reg \.pred p;\s*setp\.ne\.b32 p, %(\d+), 0;\s*"
+    r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8\.f32\.tf32\.tf32\s+"
+    r"\{\s*(%\d+(?:\s*,\s*%\d+)*)\s*\},\s*%(\d+),\s*%(\d+),\s*p,\s*1,\s*1;\s*\}\s*"
+)
+# what the emulation does at once (cp.async lands and wgmma sums when issued) leaves these nothing to do
+_NO_OPS = (
+    "cp.async.commit_group;",
+    "cp.async.wait_group %0;",
+    "cp.async.wait_all;",
+    "wgmma.fence.sync.aligned;",
+    "wgmma.commit_group.sync.aligned;",
+    "wgmma.wait_group.sync.aligned %0;",
+    "fence.proxy.async.shared::cta;",
+)
+
+
+def _constraints(section: str) -> list[str]:
+    """The constraints of an asm operand list (`"=r"(big), "f"(x)`: `=r`, `f`)."""
+    return [part.strip()[1:].split('"')[0] for part in _split_top(section)] if section.strip() else []
 
 
 def _operands(section: str) -> list[str]:
@@ -377,8 +472,11 @@ def _operands(section: str) -> list[str]:
     return found
 
 
-def _emulated(template: str, outputs: list[str], inputs: list[str]) -> str:
-    """The C++ statement that does what the PTX `template` does to its operands."""
+def _emulated(
+    template: str, outputs: list[str], inputs: list[str], output_constraints: list[str] | None = None
+) -> str:
+    """The C++ statement that does what the PTX `template` does to its operands (the outputs'
+    constraints, where given, checked where the PTX reads its outputs)."""
     if template.startswith("cvt.rna.tf32.f32 "):
         return f"{outputs[0]} = emu_cvt_rna_tf32({inputs[0]});"
     if template.startswith("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "):
@@ -388,9 +486,32 @@ def _emulated(template: str, outputs: list[str], inputs: list[str]) -> str:
     if (copy := _CP_ASYNC.fullmatch(template)) is not None:
         dst, src, src_size = inputs
         return f"emu_cp_async({dst}, {src}, {copy.group(1)}, {src_size});"
-    if template in ("cp.async.commit_group;", "cp.async.wait_group %0;", "cp.async.wait_all;"):
-        return "(void)0;"  # every copy landed when it was issued
+    if template.strip() in _NO_OPS:
+        return "(void)0;"
+    if (mma := _WGMMA.fullmatch(template)) is not None:
+        if output_constraints is not None and any(c != "+f" for c in output_constraints):
+            raise ValueError(f"wgmma's accumulators must be read-write floats (+f): {output_constraints}")
+        return _emulated_wgmma(mma, outputs, inputs)
     raise ValueError(f"no emulation for inline PTX: {template!r}")
+
+
+def _emulated_wgmma(mma: re.Match[str], outputs: list[str], inputs: list[str]) -> str:
+    """The call of `emu_wgmma_m64k8_tf32` for a wgmma whose template `mma` matched: its N / 2
+    accumulators the outputs %0 .. %N/2-1 in order, then the descriptors of A and B and scale-d."""
+    n = int(mma.group(2))
+    half = n // 2
+    registers = [r.strip() for r in mma.group(3).split(",")]
+    expected = (str(half + 2), [f"%{r}" for r in range(half)], str(half), str(half + 1))
+    if (
+        n % 8
+        or not 8 <= n <= 256
+        or (mma.group(1), registers, mma.group(4), mma.group(5)) != expected
+        or len(outputs) != half
+        or len(inputs) != 3
+    ):
+        raise ValueError(f"no emulation for this wgmma's operands: {mma.group(0)!r}")
+    desc_a, desc_b, scale_d = inputs
+    return f"emu_wgmma_m64k8_tf32<{n}>({', '.join([desc_a, desc_b, scale_d, *outputs])});"
 
 
 def _asm_parts(body: str) -> list[str]:
@@ -430,8 +551,10 @@ def emulate_ptx(source: str) -> str:
             end += 1
         parts = [*_asm_parts(source[match.end() : end - 1]), "", ""]
         template = "".join(m.group(1) for m in _STRING.finditer(parts[0]))
+        template = template.replace("\\n", "\n").replace("\\t", "\t")  # the literals' escapes
         semicolon = source.index(";", end)
-        out += source[: match.start()] + _emulated(template, _operands(parts[1]), _operands(parts[2]))
+        outputs, inputs = _operands(parts[1]), _operands(parts[2])
+        out += source[: match.start()] + _emulated(template, outputs, inputs, _constraints(parts[1]))
         source = source[semicolon + 1 :]
     return out + source
 
