@@ -195,7 +195,8 @@ class Runner:
         input_arenas = [
             Arena(fd, int(size), writable=False) for fd, size in zip(fds[:-1], sizes[:-1], strict=True)
         ]
-        output_arena = Arena(fds[-1], int(sizes[-1]), writable=True)
+        # a PROT_NONE page after the outputs: a write past their end faults, whatever lies beyond
+        output_arena = Arena(fds[-1], int(sizes[-1]), writable=True, guarded=True)
         self.arenas += [*input_arenas, output_arena]
         if self.staged:  # page-locked: staging and fetching outputs run at the link's speed
             if lent_fd is None:  # outputs through lent device memory: pinned only if that fails

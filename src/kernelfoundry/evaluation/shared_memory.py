@@ -10,15 +10,24 @@ it again read-write, and change the judge's inputs after its call. So the judge 
 descriptor leaves: from then on only that mapping can write the memory (the judge's fresh values),
 and every other way of writing it is refused by the kernel. Contiguous tensors only. Imports torch
 lazily; never calls a unit.
+
+The runner maps its output arena `guarded`: the pages after the arena's last are a PROT_NONE page of
+its own, so a unit that writes past the end of its outputs faults there (a crash), whatever the
+kernel placed after the mapping (another arena read-only, or writable memory of the runner's where
+the write would have gone unseen). A write that stays inside the last page's slack past the last output
+(less than a page, where the outputs do not end on a page boundary) lands in the arena's own padding,
+which nothing reads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import mmap
 import os
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,15 +103,60 @@ def layout(tensors: list[tuple[str, tuple[int, ...]]]) -> tuple[list[TensorSpec]
     return specs, max(offset, ALIGNMENT)
 
 
-class Arena:
-    """A mapped memfd and tensor views into it."""
+_MAP_FIXED, _PROT_NONE = 0x10, 0  # Linux's, where Python's mmap module does not name them
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
-    def __init__(self, fd: int, size: int, writable: bool) -> None:
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def _guarded_mapping(fd: int, size: int) -> Any:
+    """`size` bytes of `fd` mapped shared and read-write, followed by a PROT_NONE page: a span of the
+    pages plus one reserved inaccessible, the memfd mapped over its start. A ctypes array over the bytes
+    (views of it keep it alive; the span is unmapped when the last one goes)."""
+    libc, page = _libc(), mmap.PAGESIZE
+    mapped = (size + page - 1) // page * page
+    span = mapped + page
+    base = libc.mmap(None, span, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if base in (None, _MAP_FAILED):
+        raise OSError(ctypes.get_errno(), "cannot reserve the output arena's span")
+    flags = mmap.MAP_SHARED | _MAP_FIXED
+    at = libc.mmap(base, mapped, mmap.PROT_READ | mmap.PROT_WRITE, flags, fd, 0)
+    if at != base:
+        error = ctypes.get_errno()
+        libc.munmap(base, span)
+        raise OSError(error, "cannot map the output arena into its guarded span")
+    view = (ctypes.c_char * size).from_address(base)
+    weakref.finalize(view, libc.munmap, base, span)
+    return view
+
+
+class Arena:
+    """A mapped memfd and tensor views into it; `guarded` (writable only): a PROT_NONE page after it."""
+
+    def __init__(self, fd: int, size: int, writable: bool, guarded: bool = False) -> None:
         self.fd = fd
         self.size = size
         self.writable = writable
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        self.map = mmap.mmap(fd, size, access=access)
+        if guarded and not writable:
+            raise ValueError("a guarded arena is a writable one (inputs are read-only already)")
+        if guarded:
+            self.map: Any = _guarded_mapping(fd, size)
+        else:
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self.map = mmap.mmap(fd, size, access=access)
 
     @classmethod
     def create(cls, size: int, name: str = "kf-arena") -> Arena:
@@ -149,8 +203,11 @@ class Arena:
         return flat.view(spec.shape)
 
     def close(self) -> None:
-        # Tensors may still view the mapping (BufferError): it then goes with them.
-        with contextlib.suppress(BufferError):
-            self.map.close()
+        # Tensors may still view the mapping (BufferError): it then goes with them (a guarded mapping
+        # always does: it is unmapped when its last view goes).
+        if isinstance(self.map, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                self.map.close()
+        self.map = None
         with contextlib.suppress(OSError):
             os.close(self.fd)

@@ -49,6 +49,56 @@ def test_a_write_to_a_read_only_mapping_faults_in_the_writer() -> None:
     assert arena.tensor(specs[0]).sum().item() == 0.0
 
 
+@pytest.mark.parametrize("past", [0, 1, 4096 // 4])
+def test_a_write_past_a_guarded_arena_faults_whatever_is_mapped_beyond(past: int) -> None:
+    """The runner's output arena (`guarded`): a page of 4096 bytes of outputs, then a PROT_NONE page of
+    its own, so the first float past the last page faults (the writer dies by a signal) even where the
+    address space after the mapping would have been writable; writes inside it reach the judge's
+    mapping."""
+    specs, size = layout([("float32", (1024,))])
+    arena = Arena.create(size)
+    os.set_inheritable(arena.fd, True)
+    script = textwrap.dedent(
+        f"""
+        import ctypes, mmap
+        from kernelfoundry.evaluation.shared_memory import Arena, TensorSpec
+        out = Arena({arena.fd}, {size}, writable=True, guarded=True)
+        view = out.tensor(TensorSpec("float32", (1024,), 0))
+        view.fill_(2.0)
+        # a writable anonymous mapping asked for right after the arena: refused the guard's place
+        at = view.data_ptr() + 4096
+        libc = ctypes.CDLL(None)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        got = libc.mmap(at, 4096, 3, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        assert got != at, "the guard page was free for another mapping"
+        if {past}:
+            ctypes.c_float.from_address(view.data_ptr() + 4 * (1024 + {past} - 1)).value = 1.0
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], pass_fds=(arena.fd,), capture_output=True, timeout=120
+    )
+    if past:
+        assert done.returncode < 0, done.stderr.decode()[-2000:]  # killed by SIGSEGV
+    else:
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert arena.tensor(specs[0]).sum().item() == 2048.0  # the writes before the fault landed
+
+
+def test_a_guarded_arena_is_unmapped_when_its_last_view_goes() -> None:
+    specs, size = layout([("float32", (8,))])
+    arena = Arena.create(size)
+    out = Arena(os.dup(arena.fd), size, writable=True, guarded=True)
+    view = out.tensor(specs[0])
+    out.close()  # its descriptor closed, the mapping kept by its view
+    view.fill_(3.0)
+    assert arena.tensor(specs[0]).sum().item() == 24.0
+    with pytest.raises(ValueError, match="writable"):
+        Arena(arena.fd, size, writable=False, guarded=True)
+
+
 def test_request_round_trips_through_json() -> None:
     request = EvaluationRequest(
         Task("t", "src", shapes=(ShapeVariant("a", {"N": 4}),), tolerance=Tolerance(1e-3, 1e-3), seeds=3),
