@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import mmap
 import os
 import warnings
@@ -107,6 +108,7 @@ _MAP_FIXED, _PROT_NONE = 0x10, 0  # Linux's, where Python's mmap module does not
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p

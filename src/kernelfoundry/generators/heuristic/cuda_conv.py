@@ -661,7 +661,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # spills with the ldmatrix reads): 10-25% faster than one 128 x 256 block on the five level-1
         # convs of 128 output channels on the H100, bench/results/h100_2026-12-06/
         wn, blocks = 4, 2
-    wg_on = nhwc and variant.tf32 and warpgroups_by_default(graph, plan)
+    warpgroups = nhwc and variant.tf32  # the unit holds the warpgroup kernel beside the mma.sync one
+    wg_on = warpgroups and warpgroups_by_default(graph, plan)
     # the warpgroup tiles' four stages (two slices in flight, one block an SM): 2-10% faster than three
     # at 256 pixels wide on level1/56, 55, 62, 65, 80 and 57 on the H100 (bench/results/h100_2026-12-06c/)
     stages = 4 if wg_on else 3
@@ -680,7 +681,6 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # 11 of 11 level-1 channels-last convs on the H100, bench/results/h100_2026-12-06/), swept
         tunables.append("// @kf.tunable KF_LDSM in [0, 1] default 1")
         defaults["KF_LDSM"] = 1
-    warpgroups = nhwc and variant.tf32
     if warpgroups:  # Hopper's warpgroup MMA on swizzled stages (cuda_conv_wgmma.py), its tile width: swept
         tunables.append(f"// @kf.tunable KF_WGMMA in [0, 1] default {int(wg_on)}")
         tunables.append("// @kf.tunable KF_WG_BN in [128, 256] default 256")
