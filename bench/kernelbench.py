@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -390,6 +392,16 @@ def run(args: argparse.Namespace) -> None:
         record = throughput(finished, wall_s, busy, args, commit)
         record["executor"] = breakdown(executor_events(runner.stack.state_dir), wall_s)
         record_throughput(results, record)
+        if args.logs:
+            keep_logs(runner.stack.state_dir / "logs", Path(args.logs))
+
+
+def keep_logs(source: Path, target: Path) -> None:
+    """The services' logs of this invocation, gzipped into `target` (where a remote call brings back)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.glob("*.log")):
+        with path.open("rb") as f, gzip.open(target / f"{path.name}.gz", "wb") as out:
+            shutil.copyfileobj(f, out)
 
 
 def search(
@@ -530,6 +542,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--population", type=int, default=2, help="generation requests per iteration")
     r.add_argument("--parallel-runs", type=int, default=1, help="runs the system searches at once")
     r.add_argument("--compile", action="store_true", help="the executor also times torch.compile")
+    r.add_argument("--logs", default=None, help="a folder that receives the services' logs, gzipped")
     r.add_argument(
         "--deadline-s",
         type=float,

@@ -24,6 +24,7 @@
 #              changing it
 #   kb:K/N     bench/kernelbench.py run on the K-th of N chunks of the 176 tasks (results appended)
 #   kbs:K/N    the same on a spread sample: every N-th task from the K-th (both levels)
+#              (KF_KB_LOGS=NAME: the services' logs gzipped into $OUT/NAME)
 # e.g. bash scripts/device_checks.sh probe gpu-tests ab
 # Limits per step come from KF_STEP_LIMIT_<STEP> (seconds; defaults below); the whole call must end inside
 # the device's 600 s per command. KF_KB_BUDGET and KF_KB_PARALLEL set the bench's evaluations per task and runs
@@ -107,7 +108,7 @@ for rung in LADDER:
       timeout "${KF_STEP_LIMIT_KB:-540}" python3 bench/kernelbench.py run --backend cuda \
         --kernelbench .device-carry/kernelbench "${select[@]}" ${KF_KB_LEVEL:+--level "$KF_KB_LEVEL"} ${KF_KB_ONLY:+--only $KF_KB_ONLY} --compile --budget "${KF_KB_BUDGET:-8}" \
         --parallel-runs "${KF_KB_PARALLEL:-4}" --deadline-s "$(( ${KF_STEP_LIMIT_KB:-540} - 30 ))" \
-        --results "$out/kernelbench_cuda.jsonl" 2>&1 | tee -a "$out/kernelbench_cuda.txt"
+        --results "$out/kernelbench_cuda.jsonl" ${KF_KB_LOGS:+--logs "$out/$KF_KB_LOGS"} 2>&1 | tee -a "$out/kernelbench_cuda.txt"
       ;;
     *) echo "unknown step $step" >&2 ;;
   esac

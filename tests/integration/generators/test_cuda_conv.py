@@ -85,6 +85,15 @@ CONVS = {  # name: (module, forward expression, input shape)
         "self.conv(x)",
         "2, 8, 7, 9",
     ),
+    # the warpgroup kernel's row strip (cuda_conv_strip.py): 36 channels (a second, partial channel slice),
+    # dilated taps past both ends of a 300-pixel row (two or three tiles, the last partial, an odd row);
+    # a 3-D one with padding and dilation on every axis, rows outside the input
+    "1d_strip": ("nn.Conv1d(36, 40, 5, padding=3, dilation=2)", "self.conv(x)", "2, 36, 299"),
+    "3d_strip": (
+        "nn.Conv3d(8, 12, (2, 3, 3), padding=(1, 1, 2), dilation=(1, 2, 1))",
+        "torch.relu(self.conv(x))",
+        "1, 8, 3, 5, 9",
+    ),
     # a conv after a depthwise conv (cuda_conv_chain.py): strided, and a dilated 1-D one with a tail
     "chain_2d": (
         "nn.Sequential(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), nn.Conv2d(8, 20, 1))",
@@ -107,6 +116,8 @@ CHANNELS_LAST = {
     "t3d_runs",
     "t2d_runs",
     "chain_2d",
+    "1d_strip",
+    "3d_strip",
 }
 TF32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
 COMBOS = [  # every value of every tunable: each BM, BK and warp width, the deepest and shallowest pipelines
@@ -136,14 +147,27 @@ WARPGROUP_COMBOS = [  # the channels-last TF32 units' warpgroup MMAs (cuda_conv_
     {"KF_WGMMA": 1, "BM": 64, "KF_WG_BN": 256, "KF_STAGES": 2, "KF_MIN_BLOCKS": 1},
     {"KF_WGMMA": 1, "BM": 32, "KF_WG_BN": 128, "KF_STAGES": 3},
 ]
+STRIP_COMBOS = [  # the warpgroup kernel's row strip (cuda_conv_strip.py), where a unit has it: both BM
+    # (128 falls back to the gathers where two stages do not fit), both tile widths
+    {"KF_WGMMA": 1, "KF_WG_STRIP": 1},
+    {"KF_WGMMA": 1, "KF_WG_STRIP": 1, "BM": 128, "KF_WG_BN": 128},
+    {"KF_WGMMA": 1, "KF_WG_STRIP": 1, "BM": 32, "KF_WG_BN": 256},
+]
 
 
 def gpu_combos(nhwc: bool, tf32: bool = False) -> list[dict[str, int]]:
     """The tilings the GPU tests judge a unit at: where its rows are NHWC (ldmatrix reads by default), the
-    4-byte reads besides, and with one TF32 product the warpgroup MMAs."""
+    4-byte reads besides, and with one TF32 product the warpgroup MMAs (their row strip where the unit
+    has one: `declared` drops the tilings a unit does not declare)."""
     if not nhwc:
         return GPU_COMBOS
-    return GPU_COMBOS + FOUR_BYTE_COMBOS + (WARPGROUP_COMBOS if tf32 else [])
+    return GPU_COMBOS + FOUR_BYTE_COMBOS + (WARPGROUP_COMBOS + STRIP_COMBOS if tf32 else [])
+
+
+def declared(source: KernelSource, combos: list[dict[str, int]]) -> list[dict[str, int]]:
+    """The tilings among `combos` whose every tunable the unit declares."""
+    names = {t.name for t in source.tunables}
+    return [c for c in combos if set(c) <= names]
 
 
 def conv_task(name: str, tf32: bool) -> Task:
@@ -183,6 +207,7 @@ def layouts(t: Task) -> tuple[bool, ...]:
     return (False, True) if t.name.removeprefix("conv_") in CHANNELS_LAST else (False,)
 
 
+@pytest.mark.timeout(900)  # some 150 nvcc builds on two cores
 def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> None:
     from kernelfoundry.toolchains import BuildCache, BuildTarget, build
 
@@ -218,6 +243,15 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
         )
     ]
     units += [with_params(runs, combo) for combo in wg]
+    # the row strip: two stages at BM 64, at 128 x 128, and BM 128 at 256 pixels (9 taps: the gathers)
+    strip = [{"BM": 64, "KF_WG_BN": 256}, {"BM": 128, "KF_WG_BN": 128}, {"BM": 128, "KF_WG_BN": 256}]
+    strips = [("t2d_runs", strip[0]), ("1d_strip", strip[1]), ("1d_strip", strip[2])]
+    units += [
+        with_params(
+            conv_source(conv_task(n, True), True, channels_last=True), {**c, "KF_WGMMA": 1, "KF_WG_STRIP": 1}
+        )
+        for n, c in strips
+    ]
     phased_tf32 = conv_source(conv_task("t3d_runs", True), True, channels_last=True)
     units += [with_params(phased_tf32, combo) for combo in wg[::2]]
     # phased (a strided transposed conv): its tap table in shared memory beside the deepest stages
@@ -286,10 +320,9 @@ def gpu_judge(
 
     def units() -> list[KernelSource]:
         cases = gpu_cases(selected_gpu_cases(request.session))
+        sources = [(conv_source(t, tf32, nhwc), combos) for t, combos, tf32, nhwc in cases]
         return [
-            with_params(conv_source(t, tf32, nhwc), combo)
-            for t, combos, tf32, nhwc in cases
-            for combo in combos
+            with_params(source, combo) for source, combos in sources for combo in declared(source, combos)
         ]
 
     yield from built_units_and_worker(tmp_path_factory, units, "conv-builds")
@@ -310,14 +343,19 @@ def test_conv_units_are_correct_on_awkward_geometry(
         measure_torch_compile=False, measure_baselines=False, timed_runs=10, warmup_runs=1
     )
     failures = []
-    for nhwc, combo in ((n, c) for n in layouts(t) for c in gpu_combos(n, tf32)):
-        unit = with_params(conv_source(t, tf32, nhwc), combo)
-        b = build(unit, BuildTarget("cuda", "sm90"), cache)  # a cache hit
-        assert b.ok and b.artifact is not None, b.log
-        request = EvaluationRequest(
-            task=t, kernel=unit, artifact=b.artifact, device="cuda:0", settings=settings
-        )
-        report = worker.evaluate(request)
-        if not report.correct:
-            failures.append(f"{combo}, channels-last {nhwc}: {report.reason} {report.message}")
+    for nhwc in layouts(t):
+        source = conv_source(t, tf32, nhwc)
+        for combo in declared(source, gpu_combos(nhwc, tf32)):
+            b = build(with_params(source, combo), BuildTarget("cuda", "sm90"), cache)  # a cache hit
+            assert b.ok and b.artifact is not None, b.log
+            request = EvaluationRequest(
+                task=t,
+                kernel=with_params(source, combo),
+                artifact=b.artifact,
+                device="cuda:0",
+                settings=settings,
+            )
+            report = worker.evaluate(request)
+            if not report.correct:
+                failures.append(f"{combo}, channels-last {nhwc}: {report.reason} {report.message}")
     assert not failures, failures

@@ -17,10 +17,12 @@ from cuda_emulation import emulated_output, emulation_ready
 from test_cuda_conv import (
     CONVS,
     GPU_COMBOS,
+    STRIP_COMBOS,
     TF32_TOLERANCE,
     WARPGROUP_COMBOS,
     conv_source,
     conv_task,
+    declared,
     layouts,
     suite_task,
 )
@@ -142,4 +144,23 @@ def test_the_channels_last_conv_multiplies_by_warpgroups(name: str, tmp_path: Pa
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda s: emulated_output(t, s, tmp_path), sources))
     for combo, (got, expected) in zip(WARPGROUP_COMBOS, results, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2, msg=lambda m, x=combo: f"{x}: {m}")
+
+
+@pytest.mark.parametrize("name", ["1d_strip", "3d_strip", "t2d_runs", "2d_grouped_vec"])
+def test_the_warpgroup_conv_reads_one_strip_for_a_rows_taps(name: str, tmp_path: Path) -> None:
+    """KF_WG_STRIP 1 (cuda_conv_strip.py): a stage's strip of input pixels read by every tap of the last
+    axis through descriptors started the tap's rows into it (a transposed conv's from the far end), the
+    tiles of a row ending with it, a partial channel slice, rows and columns outside the input, groups;
+    at both BM (BM 128 at 256 pixels falls back to the gathers where its stages do not fit) and tile
+    widths; against torch at TF32's tolerance."""
+    import torch
+
+    t = conv_task(name, True)
+    source = conv_source(t, True, True)
+    combos = declared(source, STRIP_COMBOS)
+    assert combos == STRIP_COMBOS, f"{name}: the strip does not apply"
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), combos))
+    for combo, (got, expected) in zip(combos, results, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2, msg=lambda m, x=combo: f"{x}: {m}")

@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 
 from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
+from kernelfoundry.generators.heuristic import cuda_conv_strip as strips
 from kernelfoundry.generators.heuristic import cuda_conv_wgmma as wgmma
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
 from kernelfoundry.generators.heuristic.cuda import ALLOC
@@ -459,9 +460,9 @@ def _open(plan: ConvPlan) -> str:
     return _OPEN + _COPIES + _first_pixel(plan, _KERNEL_OPEN)
 
 
-def _wg_open(plan: ConvPlan) -> str:
-    """The warpgroup kernel's definitions and opening (cuda_conv_wgmma.py)."""
-    return TC_HELPERS + _COPIES + wgmma.wg_helpers() + _first_pixel(plan, wgmma.WG_OPEN)
+def _wg_definitions() -> str:
+    """The warpgroup kernels' definitions (cuda_conv_wgmma.py)."""
+    return TC_HELPERS + _COPIES + wgmma.wg_helpers()
 
 
 def _phase_setup(plan: ConvPlan) -> str:
@@ -686,6 +687,10 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         tunables.append("// @kf.tunable KF_WG_BN in [128, 256] default 256")
         defaults["KF_WGMMA"] = int(wg_on)
         defaults["KF_WG_BN"] = 256
+    strip = warpgroups and strips.strip_applies(plan)
+    if strip:  # the row strip (cuda_conv_strip.py): swept
+        tunables.append("// @kf.tunable KF_WG_STRIP in [0, 1] default 0")
+        defaults["KF_WG_STRIP"] = 0
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
@@ -706,9 +711,17 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     loads = (_nhwc_loads(plan) if nhwc else _loads(plan)).rstrip("\n")
     lines.append(_args_struct(plan, nhwc))
     if warpgroups:
-        lines += ["#if KF_WGMMA", _wg_open(plan).rstrip("\n"), prologue, loads]
+        lines += ["#if KF_WGMMA", _wg_definitions().rstrip("\n")]
+        if strip:
+            lines += [strips.strip_defines().rstrip("\n"), "#if KF_STRIP"]
+            lines.append(strips.strip_kernel(wgmma.WG_OPEN, plan).rstrip("\n"))
+            lines += [*strips.row_bounded(_epilogue(graph, plan, wgmma.WG_LAYOUT)), "#else  /* gathers */"]
+        lines += [_first_pixel(plan, wgmma.WG_OPEN).rstrip("\n"), prologue, loads]
         lines.append(wgmma.WG_MAIN_LOOP.rstrip("\n"))
-        lines += [*_epilogue(graph, plan, wgmma.WG_LAYOUT), "#else  /* mma.sync */"]
+        lines += _epilogue(graph, plan, wgmma.WG_LAYOUT)
+        if strip:
+            lines.append("#endif")
+        lines.append("#else  /* mma.sync */")
     lines += [_open(plan).rstrip("\n"), prologue, loads, _MAIN_LOOP.rstrip("\n")]
     lines += _epilogue(graph, plan, TC_LAYOUT)
     if warpgroups:
@@ -734,6 +747,12 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         w("                     ((OW + KF_PSW - 1) / KF_PSW);")
         w("  const int64_t ptiles = (PP + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
         w("  if (ptiles * KF_PHASES > limit) return KF_ERR_UNSUPPORTED;")
+    elif strip:
+        w("#if KF_STRIP  /* grid x is (output row, tile of it) */")
+        w("  const int64_t ptiles = OD * OH * ((OW + BN - 1) / BN), ctiles = (M + BM - 1) / BM;")
+        w("#else")
+        w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
+        w("#endif")
     else:
         w("  const int64_t ptiles = (P + BN - 1) / BN, ctiles = (M + BM - 1) / BM;")
     w("  if (ctiles > 65535 || NB * KF_GROUPS > 65535) return KF_ERR_UNSUPPORTED;")
@@ -741,7 +760,14 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     tail += [f"S{k}" for k in range(len(plan.scalar_leaves))]
     sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW"
     w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
-    w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
+    if strip:  # the strip's tiles end with their rows: its float2 stores need even rows
+        w("#if KF_STRIP")
+        w("  const int vec_out = OW % 2 == 0 && ((uintptr_t)O) % 8 == 0;")
+        w("#else")
+        w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
+        w("#endif")
+    else:
+        w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
     contiguous = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"
     contiguous = "1" if nhwc else contiguous
     w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
