@@ -300,3 +300,51 @@ def test_the_channels_last_tf32_unit_multiplies_by_warpgroups_where_k_is_long(
         refill, mma = loop.index("load_b(next % KF_WG_STAGES"), loop.index("kf_wgmma(acc,")
         assert fence < barrier < refill < mma < loop.index("kf_wg_wait<1>();")
     assert checked == 1, found
+
+
+@pytest.mark.parametrize(
+    ("module", "shape", "strip", "on"),
+    [
+        # level1/62's geometry on shorter rows: 32 channels, 5 x 9 taps, 64 out, rows of 200 (78% of a tile)
+        ("nn.Conv2d(32, 64, (5, 9))", "1, 32, 8, 208", True, True),
+        # level1/67's: K 192 (the warpgroup MMAs come with the strip), rows of 998 pixels (four tiles, 97%)
+        ("nn.Conv1d(64, 128, 3)", "1, 64, 1000", True, True),
+        # a transposed conv of stride 1 whose rows of 132 pixels one tile fills half (level1/69's case)
+        ("nn.ConvTranspose2d(64, 128, (3, 5))", "1, 64, 4, 128", True, False),
+        # 32 output channels: half of each 64-row slab would be padding
+        ("nn.Conv2d(32, 32, (3, 7))", "1, 32, 5, 262", True, False),
+        # stride 2 along the row: neighbouring pixels read every other input pixel, no strip
+        ("nn.Conv2d(32, 64, 3, stride=(1, 2))", "1, 32, 6, 520", False, False),
+        # a strided transposed conv is phased: no strip
+        ("nn.ConvTranspose2d(64, 64, 3, stride=2)", "1, 64, 9, 130", False, False),
+    ],
+)
+def test_the_warpgroup_conv_reads_a_row_strip_where_its_tiles_fill_the_rows(
+    module: str, shape: str, strip: bool, on: bool
+) -> None:
+    """KF_WG_STRIP (cuda_conv_strip.py) is declared where consecutive output pixels read consecutive
+    input pixels at every tap (stride 1 along the row; transposed, stride 1) with 2+ taps along it; on by
+    default (with the warpgroup MMAs) where 256-pixel tiles fill 60% of an output row at 64+ channels."""
+    units = [
+        c.source
+        for c in seeds(conv_task(module, shape))
+        if (v := parse_variant(c.source.code)) and v.gemm and v.channels_last and v.tf32
+    ]
+    assert len(units) == 1
+    declared = {t.name: (t.values, t.default) for t in units[0].tunables}
+    code = units[0].code
+    if not strip:
+        assert "KF_WG_STRIP" not in declared and "load_slice" not in code
+        return
+    assert declared["KF_WG_STRIP"] == ((0, 1), int(on))
+    if on:
+        assert declared["KF_WGMMA"] == ((0, 1), 1)
+    assert (
+        code.index("#if KF_STRIP") < code.index("#else  /* gathers */") < code.index("#else  /* mma.sync */")
+    )
+    # the tap's B descriptor starts its rows into the strip; the next slice's copies follow the MMAs
+    shift = "(KF_KW - 1 - kw)" if "Transpose" in module else "kw"
+    assert f"b = b_at + stage + {shift} * KF_DW * 128;" in code
+    loop = code[code.index("for (int t = 0; t < slices; ++t)") :]
+    assert loop.index("kf_wg_commit();") < loop.index("load_slice(next % KF_SS, next);")
+    assert loop.index("load_slice(next % KF_SS, next);") < loop.index("kf_wg_wait<0>();")

@@ -103,6 +103,25 @@ def warpgroups_by_default(graph: Graph, plan: ConvPlan) -> bool:
     return channels * taps >= WARPGROUP_MIN_K and _block_rows(plan) >= 64
 
 
+# The row strip's default (cuda_conv_strip.py) where its tiles of 256 pixels fill at least this share of
+# an output row's: on the H100 the conv kernel 44% faster on level1/62 and 80 (rows of 504 and 496 pixels,
+# 1.49 ms against cuDNN's 1.86), 16% on 65 (518: three tiles, 67% filled), and with the warpgroup MMAs 23%
+# faster than the mma.sync kernel on 67 (a 1-D conv of K 192); 2% slower on 69 (260: 51% filled),
+# bench/results/h100_2026-12-06d/.
+STRIP_MIN_FILL = 0.6
+
+
+def strip_by_default(plan: ConvPlan) -> bool:
+    """Whether the warpgroup kernel reads a row strip unless swept otherwise (where it applies): 64+
+    output channels a group and an output row that 256-pixel tiles fill to STRIP_MIN_FILL. It brings the
+    warpgroup MMAs with it, whatever the group's K."""
+    if not strips.strip_applies(plan) or _block_rows(plan) < 64:
+        return False
+    width = int(plan.conv.shape[-1])
+    tiles = -(-width // 256)
+    return width >= STRIP_MIN_FILL * tiles * 256
+
+
 def _geometry_defines(plan: ConvPlan) -> list[str]:
     lines = []
     for axis, k, s, p, d in zip(_AXES, plan.kernel, plan.stride, plan.padding, plan.dilation, strict=True):
@@ -663,7 +682,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # convs of 128 output channels on the H100, bench/results/h100_2026-12-06/
         wn, blocks = 4, 2
     warpgroups = nhwc and variant.tf32  # the unit holds the warpgroup kernel beside the mma.sync one
-    wg_on = warpgroups and warpgroups_by_default(graph, plan)
+    strip = warpgroups and strips.strip_applies(plan)
+    strip_on = strip and strip_by_default(plan)
+    wg_on = warpgroups and (warpgroups_by_default(graph, plan) or strip_on)
     # the warpgroup tiles' four stages (two slices in flight, one block an SM): 2-10% faster than three
     # at 256 pixels wide on level1/56, 55, 62, 65, 80 and 57 on the H100 (bench/results/h100_2026-12-06c/)
     stages = 4 if wg_on else 3
@@ -687,10 +708,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         tunables.append("// @kf.tunable KF_WG_BN in [128, 256] default 256")
         defaults["KF_WGMMA"] = int(wg_on)
         defaults["KF_WG_BN"] = 256
-    strip = warpgroups and strips.strip_applies(plan)
     if strip:  # the row strip (cuda_conv_strip.py): swept
-        tunables.append("// @kf.tunable KF_WG_STRIP in [0, 1] default 0")
-        defaults["KF_WG_STRIP"] = 0
+        tunables.append(f"// @kf.tunable KF_WG_STRIP in [0, 1] default {int(strip_on)}")
+        defaults["KF_WG_STRIP"] = int(strip_on)
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
