@@ -92,10 +92,8 @@ def strip_defines() -> str:
 """
 
 
-def _first_tile(plan: ConvPlan) -> str:
-    """The block's output row and tile (x enumerates them), its first flat pixel and its row's end."""
-    del plan
-    return """const int wtiles = (geo.OW + BN - 1) / BN;
+# The block's output row and tile (x enumerates them), its first flat pixel and its row's end
+FIRST_TILE = """const int wtiles = (geo.OW + BN - 1) / BN;
   const int orow = blockIdx.x / wtiles, ow0 = blockIdx.x % wtiles * BN;  /* output row (od, oh), tile */
   const int n0 = orow * geo.OW + ow0, n_end = orow * geo.OW + geo.OW;  /* flat pixels: N < 2^31 */"""
 
@@ -188,7 +186,7 @@ def _main_loop(plan: ConvPlan) -> str:
 def strip_kernel(kernel_open: str, plan: ConvPlan) -> str:
     """The strip kernel's opening, prologue, loads and main loop (`kernel_open`: the warpgroup kernel's
     opening with its @N0@ placeholder); the epilogue is the warpgroup kernel's, bounded by `row_bounded`."""
-    return kernel_open.replace("@N0@", _first_tile(plan)) + _prologue(plan) + _loads(plan) + _main_loop(plan)
+    return kernel_open.replace("@N0@", FIRST_TILE) + _prologue(plan) + _loads(plan) + _main_loop(plan)
 
 
 def row_bounded(epilogue: list[str]) -> list[str]:
