@@ -7,6 +7,8 @@ body one block after another, `__syncthreads` is a barrier of the block's thread
 variables are statics (one block runs at a time) and the dynamic `extern __shared__` array a buffer of
 the launch's size (a block's own, 1024-byte aligned). `cudaLaunchKernelEx` with a cluster dimension runs
 a cluster's blocks at once, each with its own threads, barriers and dynamic array;
+a cooperative launch (`cudaLaunchAttributeCooperative`) runs its whole grid so, the blocks that wait
+on each other through global memory (atomics and spin loops) all at once;
 `cooperative_groups::this_cluster()` gives the cluster's barrier and `map_shared_rank` (into another
 block's dynamic array: a cluster kernel keeps its shared data there, its statics being one for all the
 cluster's blocks here), warp shuffles exchange values through per-warp slots between two barriers of the
@@ -119,6 +121,15 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+/* a thread waiting on other blocks (a spin loop's pause) lets the OS run them */
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+/* one block an SM: the launch the unit plans from it runs every block at once (cooperative below) */
+template <class F> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int, size_t) {
+  *n = 1;
+  return 0;
+}
 template <class A, class B> inline auto min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) -> decltype(a + b) { return a > b ? a : b; }
 /* a thread's block: its barrier, its warps' barriers, its rank in its cluster (0 outside clusters) */
@@ -340,11 +351,12 @@ inline void emu_launch(dim3 g, dim3 b, const std::function<void()>& fn) { emu_la
 inline void emu_launch(dim3 g, dim3 b, size_t smem, const std::function<void()>& fn) {
   emu_launch(g, b, smem, 1, fn);
 }
-/* thread block clusters: cudaLaunchKernelEx with a cluster dimension, and cooperative_groups' cluster */
-enum { cudaLaunchAttributeClusterDimension = 4 };
+/* thread block clusters: cudaLaunchKernelEx with a cluster dimension, and cooperative_groups' cluster;
+   a cooperative launch runs its whole grid at once (EMU_MAX_CLUSTER blocks at most) */
+enum { cudaLaunchAttributeCooperative = 2, cudaLaunchAttributeClusterDimension = 4 };
 struct cudaLaunchAttribute {
   int id;
-  struct { struct { unsigned x, y, z; } clusterDim; } val;
+  struct { struct { unsigned x, y, z; } clusterDim; int cooperative; } val;
 };
 struct cudaLaunchConfig_t {
   dim3 gridDim, blockDim;
@@ -353,6 +365,11 @@ struct cudaLaunchConfig_t {
   cudaLaunchAttribute* attrs;
   unsigned numAttrs;
 };
+inline int emu_cooperative_count = 0;
+/* how many cooperative launches the unit made (a test's proof that a path was taken) */
+extern "C" __attribute__((visibility("default"))) int emu_cooperative_launches() {
+  return emu_cooperative_count;
+}
 template <class... P, class... A>
 inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...), A... args) {
   int cluster = 1;
@@ -360,6 +377,11 @@ inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*k
     if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) {
       assert(config->attrs[i].val.clusterDim.y == 1 && config->attrs[i].val.clusterDim.z == 1);
       cluster = (int)config->attrs[i].val.clusterDim.x;
+    } else if (config->attrs[i].id == cudaLaunchAttributeCooperative && config->attrs[i].val.cooperative) {
+      /* co-resident blocks: the whole grid runs at once, as one cluster */
+      assert(config->gridDim.y == 1 && config->gridDim.z == 1);
+      cluster = (int)config->gridDim.x;
+      ++emu_cooperative_count;
     }
   emu_launch(config->gridDim, config->blockDim, config->dynamicSmemBytes, cluster, [&] { kernel(args...); });
   return 0;

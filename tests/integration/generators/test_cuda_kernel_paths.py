@@ -382,8 +382,42 @@ CASES: dict[str, tuple[str, str, str, str]] = {
 }
 
 
+# Row ops over rows longer than a cluster holds: co-resident blocks of the grid hold a row
+# (cuda_onchip_rows.py's `_grows`, KF_GRID_ROWS). GRID_PARAMS make them reachable at test sizes: no
+# cluster path, shares of 30,000 elements (16,384 in registers, the rest in shared memory), so these
+# rows take 2, 3 and 4 blocks on the emulation's 4 SMs. The last case, a level1/35_GroupNorm_-like group
+# of 2,097,152 floats, is the GPU's (on the emulation's 4 SMs it needs more blocks than run at once).
+GRID_CASES: dict[str, tuple[str, str, str, str]] = {
+    "group_norm_rows_held_across_the_grid": (
+        "        self.norm = nn.GroupNorm(2, 4)",
+        "x",
+        "self.norm(x)",
+        "torch.randn(3, 4, 250, 100) * 2.0 + 0.5",
+    ),
+    "log_softmax_rows_held_across_the_grid": (
+        "        pass",
+        "x",
+        "torch.log_softmax(x * 4.0, dim=1)",
+        "torch.randn(3, 70001)",
+    ),
+    "softmax_rows_held_across_the_grid": (
+        "        pass",
+        "x",
+        "torch.softmax(x, dim=1)",
+        "torch.randn(2, 100001)",
+    ),
+    "group_norm_long_groups_held_across_the_grid": (
+        "        self.norm = nn.GroupNorm(2, 16)",
+        "x",
+        "self.norm(x)",
+        "torch.rand(2, 16, 512, 512)",
+    ),
+}
+GRID_PARAMS = {"KF_GRID_ROWS": 1, "KF_CLUSTER_MOST": 0, "KF_GRID_SHARE": 30000}
+
+
 def seeds(name: str) -> tuple[Task, list[Any]]:
-    init, args, body, inputs = CASES[name]
+    init, args, body, inputs = CASES[name] if name in CASES else GRID_CASES[name]
     task = Task(name, TEMPLATE.format(init=init, args=args, body=body, inputs=inputs), (ShapeVariant("s"),))
     result = HeuristicGenerator().generate_sync(GenerationRequest("emu", task, "cuda", count=8))
     assert result.candidates, result.message
@@ -464,6 +498,52 @@ def test_a_row_op_whose_row_outgrows_an_sm_has_a_seed_that_holds_it_in_a_cluster
     for k in held:
         assert "kf_attr[0].id = cudaLaunchAttributeClusterDimension;" in k.code
         assert "kf_cluster_reduce<" in k.code and "#include <cooperative_groups.h>" in k.code
+
+
+def held_across_the_grid(case: str) -> tuple[Task, list[Any]]:
+    """The case's seeds that hold rows (the `cache_rows` variant), checked to carry the grid path."""
+    task, kernels = seeds(case)
+    held = [k for k in kernels if '"cache_rows": true' in k.code]
+    assert held
+    for k in held:
+        assert "// @kf.tunable KF_GRID_ROWS in [0, 1] default 0" in k.code
+        assert "_grows, " in k.code and "kf_attr[0].id = cudaLaunchAttributeCooperative;" in k.code
+        assert "kf_grid_reduce<" in k.code and "kf_grid_rows_plan(" in k.code
+    return task, held
+
+
+@pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
+@pytest.mark.parametrize("case", [c for c in GRID_CASES if "long_groups" not in c])
+def test_a_row_op_whose_row_outgrows_a_cluster_is_held_across_the_grid_under_emulation(
+    case: str, tmp_path: Path
+) -> None:
+    import ctypes
+
+    import torch
+
+    task, held = held_across_the_grid(case)
+    for kernel in held:
+        lib = build_emulated(kernel.code, tmp_path, GRID_PARAMS)
+        got, expected = run(task, kernel, lib)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        # the rows went through the cooperative launch, not the split kernels
+        assert ctypes.CDLL(str(lib)).emu_cooperative_launches() >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_ready(), reason="needs nvcc and a CUDA device")
+@pytest.mark.parametrize("case", sorted(GRID_CASES))
+def test_a_row_op_whose_row_outgrows_a_cluster_is_held_across_the_grid_on_the_gpu(
+    case: str, tmp_path: Path
+) -> None:
+    import torch
+
+    task, held = held_across_the_grid(case)
+    params = {"KF_GRID_ROWS": 1} if "long_groups" in case else GRID_PARAMS
+    for kernel in held:
+        got, expected = run(task, kernel, build_unit(kernel, tmp_path, params), device="cuda")
+        torch.cuda.synchronize()
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", MIDDLE_SOFTMAX)

@@ -22,15 +22,19 @@ from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
 from kernelfoundry.generators.heuristic.cuda_columns import TCOLS_DEFAULT, TCOLS_TUNABLES, ColumnKernels
 from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
     CLUSTER_HEAD,
-    CLUSTER_MOST,
     CLUSTER_SHARE,
     CLUSTER_SMEM_FLOATS,
+    GRID_DEFAULTS,
+    GRID_PHASES,
+    GRID_PLAN,
+    GRID_TUNABLES,
     ONCHIP_MAX_ROW,
     ONCHIP_MIN_ROW,
     ONCHIP_SMEM_FLOATS,
     ONCHIP_THREADS,
     OnChipRows,
     cluster_reduce,
+    grid_reduce,
 )
 from kernelfoundry.generators.heuristic.cuda_pools import PoolKernels
 from kernelfoundry.generators.heuristic.entry import entry_point, ptr, reduce_range, shp
@@ -177,23 +181,29 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
         if "TCOLS_WIDTH" in launches:
             lines += TCOLS_TUNABLES
             defaults.append(("TCOLS_WIDTH", TCOLS_DEFAULT))
+        if "KF_GRID_ROWS" in launches:
+            lines += GRID_TUNABLES
+            defaults += GRID_DEFAULTS
+        elif "KF_CLUSTER_MOST" in launches:
+            defaults += [d for d in GRID_DEFAULTS if d[0] == "KF_CLUSTER_MOST"]
         for name, default in defaults:
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses
         used = "\n".join(self.kernels)
-        # the cluster reduction reduces each block with the variant's block reduction first
-        cluster = "kf_cluster_reduce" in used
-        tree = self.variant.reduction == "block"
-        helpers = [COMBINE] if "kf_combine" in used or "kf_block_reduce" in used or cluster else []
-        helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used or (cluster and not tree) else []
+        # the cluster and grid reductions reduce each block with the variant's block reduction first
+        cluster, grid = "kf_cluster_reduce" in used, "kf_grid_reduce" in used
+        held, tree = cluster or grid, self.variant.reduction == "block"
+        helpers = [COMBINE] if "kf_combine" in used or "kf_block_reduce" in used or held else []
+        helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used or (held and not tree) else []
         helpers += [REDUCE_LANES] if "kf_warp_reduce" in used else []
-        helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used or (cluster and tree) else []
-        if cluster:
+        helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used or (held and tree) else []
+        if held:
             block = "kf_block_reduce_tree" if tree else "kf_block_reduce_warp"
             helpers = [
                 "#include <cooperative_groups.h>",
                 *helpers,
-                cluster_reduce(block),
+                *([cluster_reduce(block)] if cluster else []),
+                *([grid_reduce(block), GRID_PLAN] if grid else []),
             ]
         lines += ["#include <cuda_runtime.h>", PRELUDE, *helpers]
         lines += [ALLOC, ""]
@@ -808,6 +818,9 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             self.kernels.append(
                 self._row_kernel_cluster(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
             )
+            self.kernels.append(
+                self._row_kernel_grid(kname, signature, pre, xb, xv, value, epilogue, result, node.op)
+            )
         if self.variant.row_warps:
             self.kernels.append(
                 self._row_kernel(kname, signature, pre, xb, xv, value, epilogue, result, node.op, True, rvec)
@@ -860,6 +873,8 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             out.append("    const unsigned nbw = (unsigned)(wb < 65535 * 8 ? wb : 65535 * 8);")
         if vec:
             out.append(f"    const int vec = {self._vec_ok(leaves, (ptr(step.out),))};")
+        if self.variant.cache_rows:
+            out.append("    int kf_grid_rows = 0, kf_grid_blocks = 0;  /* grid-held rows (_grows) */")
         out.append("    if (outer <= 0) {")
         if vec and self.variant.row_warps:
             # short rows: one warp per row, the row in registers as float4 (up to 16 per lane)
@@ -878,6 +893,7 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
                 out.append(f"    }} else if (per <= {pt}) {{")
                 out.append(f"      {kname}_regs<{pt}><<<nb, ROW_BLOCK, 0, st>>>{a};")
             out += _cluster_rows_launch(kname, a)
+            out += _grid_rows_launch(kname, a)
         if split:
             # long rows: every SM busy however few the rows, float4 sweeps, two reads and one write
             svec = (
@@ -914,7 +930,7 @@ def _cluster_rows_launch(kname: str, a: str) -> list[str]:
     the fewest blocks (a power of two) whose shares fit, a row a cluster."""
     smem = f"sizeof(float) * {CLUSTER_SMEM_FLOATS}"
     return [
-        f"    }} else if (R <= {CLUSTER_MOST} * (int64_t){CLUSTER_SHARE}) {{  /* a row a cluster, on chip */",
+        f"    }} else if (R <= KF_CLUSTER_MOST * (int64_t){CLUSTER_SHARE}) {{  /* a row a cluster */",
         "      int kf_blocks = 1;",
         f"      while ((R + kf_blocks - 1) / kf_blocks > {CLUSTER_SHARE}) kf_blocks *= 2;",
         "      const int64_t kf_per = (R + kf_blocks - 1) / kf_blocks;",
@@ -934,6 +950,37 @@ def _cluster_rows_launch(kname: str, a: str) -> list[str]:
         "      kf_config.attrs = kf_attr;",
         "      kf_config.numAttrs = 1;",
         f"      cudaLaunchKernelEx(&kf_config, {kname}_crows, {a[1:-1]});",
+    ]
+
+
+def _grid_rows_launch(kname: str, a: str) -> list[str]:
+    """The launch branch of `{kname}_grows` (cuda_onchip_rows.py), where KF_GRID_ROWS is on: rows longer
+    than a cluster holds, held by co-resident blocks (kf_grid_rows_plan) of a cooperative launch, their
+    statistics' slots and arrival counters from the unit's pool, the counters zeroed first."""
+    slots = f"(size_t)outer * {GRID_PHASES} * kf_grid_blocks"
+    return [
+        "    } else if (KF_GRID_ROWS &&",
+        f"               (kf_grid_blocks = kf_grid_rows_plan({kname}_grows, R, outer, &kf_grid_rows)) > 0)"
+        " {",
+        "      const int64_t kf_per = (R + kf_grid_blocks - 1) / kf_grid_blocks;",
+        f"      const int64_t kf_rest = kf_per > {ONCHIP_MIN_ROW} ? kf_per - {ONCHIP_MIN_ROW} : 0;",
+        f"      float* kf_gslots = kf_alloc(sizeof(float) * ({slots} + (size_t)outer), st);",
+        "      if (!kf_gslots) { rc = KF_ERR_LAUNCH; goto kf_done; }",
+        f"      unsigned int* kf_arrivals = reinterpret_cast<unsigned int*>(kf_gslots + {slots});",
+        "      cudaMemsetAsync(kf_arrivals, 0, sizeof(unsigned int) * (size_t)outer, st);",
+        "      cudaLaunchConfig_t kf_config = {};",
+        "      kf_config.gridDim = dim3((unsigned)(kf_grid_rows * kf_grid_blocks));",
+        f"      kf_config.blockDim = dim3({ONCHIP_THREADS});",
+        f"      kf_config.dynamicSmemBytes = sizeof(float) * (size_t)({CLUSTER_HEAD} + kf_rest);",
+        "      kf_config.stream = st;",
+        "      cudaLaunchAttribute kf_attr[1];",
+        "      kf_attr[0].id = cudaLaunchAttributeCooperative;",
+        "      kf_attr[0].val.cooperative = 1;",
+        "      kf_config.attrs = kf_attr;",
+        "      kf_config.numAttrs = 1;",
+        f"      cudaLaunchKernelEx(&kf_config, {kname}_grows, {a[1:-1]},",
+        "                         kf_grid_blocks, kf_gslots, kf_arrivals);",
+        "      cudaFreeAsync(kf_gslots, st);",
     ]
 
 

@@ -24,7 +24,9 @@ class EmitterBase:
         self.counter = 0
         self._eps = 1e-5
         self._lanes = False  # reductions across one warp's lanes (warp-per-row kernels)
-        self._cluster = False  # reductions across a thread block cluster (cuda_onchip_rows.py)
+        # reductions across the blocks holding a row (cuda_onchip_rows.py): "cluster" (a thread block
+        # cluster's distributed shared memory), "grid" (co-resident blocks through global memory), or ""
+        self._held_by = ""
         self._steps: list[Step] = []  # the part being emitted, for fusion across adjacent steps
         self._fused_into: dict[str, tuple[str, int]] = {}  # pointwise out -> (reduction input, d1)
         # the reduction / row op being emitted: its leaves that vary along one dim (plan.axis_leaf)
@@ -147,8 +149,11 @@ class EmitterBase:
     def _reduce_call(self, op_code: int, v: str) -> str:
         if self._lanes:
             return f"kf_warp_reduce<{op_code}>({v})"
-        if self._cluster:
+        if self._held_by == "cluster":
             return f"kf_cluster_reduce<{op_code}>({v}, kf_scratch, kf_xchg, kf_parity)"
+        if self._held_by == "grid":
+            exchange = "kf_row_slots, kf_row_arrivals, kf_blocks, kf_rank, kf_phase"
+            return f"kf_grid_reduce<{op_code}>({v}, kf_scratch, {exchange})"
         fn = "kf_block_reduce_tree" if self.variant.reduction == "block" else "kf_block_reduce_warp"
         return f"{fn}<{op_code}>({v}, kf_scratch)"
 

@@ -20,6 +20,14 @@ cluster through distributed shared memory (`kf_cluster_reduce`), so rows of up t
 (level1/24_LogSoftmax's 393,216, 34_InstanceNorm's 262,144) are read once and written once instead of
 two or three reads. Its shared memory is all dynamic (the scratch, two exchange slots, the share), and a
 block leaves only after the cluster's last barrier, so that no block reads a slot of one that has left.
+
+Rows longer than a cluster holds (level1/35_GroupNorm_'s groups of 2,097,152 floats: 8 MB, where the
+portable cluster holds 2.3) are held by co-resident blocks of the whole grid (`_grows`, launched
+cooperatively, so every block runs at once or the launch fails): as many blocks a row as its shares
+need, spread so that the rows in flight fill the device's blocks, each statistic exchanged through
+global memory (`kf_grid_reduce`: a block's total to its slot of the row, then an arrival counter the
+row's blocks wait on, the slots combined in rank order so every block gets the same total). Without it
+such rows take the split kernels' two reads and a write. Switched by the unit's KF_GRID_ROWS tunable.
 Pure string building.
 """
 
@@ -49,6 +57,12 @@ CLUSTER_XCHG = (CLUSTER_SCRATCH + 3) // 4 * 4  # the two exchange slots, past th
 CLUSTER_HEAD = CLUSTER_XCHG + 4  # floats before the share, which starts 16-byte aligned
 CLUSTER_SHARE = ONCHIP_MIN_ROW + CLUSTER_SMEM_FLOATS - CLUSTER_HEAD  # elements a block holds at most
 SLOT = "kf_slot"  # the held element's storage, in a statistic that rewrites it (softmax's exp)
+# Rows beyond a cluster: held by co-resident blocks of the grid (`_grows`), each block's share at most
+# KF_GRID_SHARE elements (CLUSTER_SHARE; a macro, so a test can make rows of a few shares), the row's
+# statistics exchanged through GRID_PHASES slots a block in global memory.
+GRID_PHASES = 4  # statistics a row op reduces at most (two: max and sum, or mean and variance)
+GRID_TUNABLES = ("// @kf.tunable KF_GRID_ROWS in [0, 1] default 0",)
+GRID_DEFAULTS = (("KF_GRID_ROWS", 0), ("KF_GRID_SHARE", CLUSTER_SHARE), ("KF_CLUSTER_MOST", CLUSTER_MOST))
 
 
 def cluster_reduce(block_reduce: str) -> str:
@@ -76,6 +90,69 @@ __device__ float kf_cluster_reduce(float v, float* scratch, float* xchg, int& pa
 }
 """
     )
+
+
+def grid_reduce(block_reduce: str) -> str:
+    """`kf_grid_reduce`, each block's total taken by `block_reduce` (as cluster_reduce's)."""
+    return (
+        r"""
+/* v reduced over the `blocks` blocks that hold a row (launched cooperatively: all run at once). Each
+   block's total (the unit's block reduction) goes to its slot of the row's statistic `phase`; the block
+   then counts itself in at the row's arrival counter (zeroed before the launch) and waits until all
+   the row's blocks have, and every block combines the slots in rank order: the same total in each. A
+   statistic has slots of its own, so no slot is written again while another block may read it. */
+template <int OP>
+__device__ float kf_grid_reduce(float v, float* scratch, float* slots, unsigned int* arrivals, int blocks,
+                                int rank, int& phase) {
+  v = """
+        + block_reduce
+        + r"""<OP>(v, scratch);
+  if (threadIdx.x == 0) {
+    slots[phase * blocks + rank] = v;
+    __threadfence();  /* the slot before the count */
+    atomicAdd(arrivals, 1u);
+    const unsigned int all = (unsigned int)blocks * (unsigned int)(phase + 1);
+    while (*(volatile unsigned int*)arrivals < all) __nanosleep(64);
+    __threadfence();
+  }
+  __syncthreads();
+  const volatile float* row = slots + phase * blocks;
+  float t = row[0];
+  for (int r = 1; r < blocks; ++r) t = kf_combine<OP>(t, row[r]);
+  ++phase;
+  return t;
+}
+"""
+    )
+
+
+GRID_PLAN = (
+    r"""
+/* Grid-held rows (`_grows`): the blocks that hold a row of R elements, at most KF_GRID_SHARE each, spread
+   so that the rows in flight (`*rows`) fill the blocks the device runs at once; 0 where a row needs more
+   blocks than that (the split kernels then). */
+template <class K>
+static int kf_grid_rows_plan(K kernel, int64_t R, int64_t outer, int* rows) {
+  int dev = 0, sms = 0, fit = 0;
+  const int smem = (int)(sizeof(float) * """
+    + str(CLUSTER_SMEM_FLOATS)
+    + r""");
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+    return 0;
+  const int threads = """
+    + str(ONCHIP_THREADS)
+    + r""";
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, threads, smem) != cudaSuccess) return 0;
+  const int64_t total = (int64_t)sms * fit, need = (R + KF_GRID_SHARE - 1) / KF_GRID_SHARE;
+  if (outer <= 0 || need < 1 || need > total) return 0;
+  const int64_t n = total / need < outer ? total / need : outer;
+  *rows = (int)n;
+  return (int)(total / n);
+}
+"""
+)
 
 
 def held_sweep(lo: str, hi: str, in_registers: list[str], in_shared: list[str]) -> list[str]:
@@ -161,6 +238,22 @@ class OnChipRows(RowKernels):
     ) -> str:  # fmt: skip
         """`{kname}_crows`: a row op over rows of up to CLUSTER_MOST * CLUSTER_SHARE elements, a row a
         cluster (its size a launch attribute), one read and one write of DRAM."""
+        return self._row_kernel_held(kname, signature, pre, xb, xv, value, epilogue, result, op, grid=False)
+
+    def _row_kernel_grid(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str,
+    ) -> str:  # fmt: skip
+        """`{kname}_grows`: a row op over rows longer than a cluster holds, a row by `kf_blocks`
+        co-resident blocks of a cooperative launch (grid_signature), one read and one write of DRAM."""
+        return self._row_kernel_held(
+            kname, grid_signature(signature), pre, xb, xv, value, epilogue, result, op, grid=True
+        )
+
+    def _row_kernel_held(
+        self, kname: str, signature: str, pre: list[str], xb: list[str], xv: str, value: str,
+        epilogue: list[str], result: str, op: str, grid: bool,
+    ) -> str:  # fmt: skip
         held = f"kf_row[j - lo - {ONCHIP_MIN_ROW}]"
 
         def sweep(stmt: str) -> list[str]:
@@ -168,33 +261,53 @@ class OnChipRows(RowKernels):
             in_shared = [f"      const float xv = {held};", f"      {stmt.replace(SLOT, held)}"]
             return held_sweep("lo", "hi", in_registers, in_shared)
 
-        k = [f"__global__ void __launch_bounds__({ONCHIP_THREADS}, 1) {kname}_crows{signature} {{"]
-        k.append("  extern __shared__ __align__(16) float kf_dyn[];  /* no static shared: one per cluster */")
+        suffix, by = ("grows", "grid") if grid else ("crows", "cluster")
+        k = [f"__global__ void __launch_bounds__({ONCHIP_THREADS}, 1) {kname}_{suffix}{signature} {{"]
+        k.append("  extern __shared__ __align__(16) float kf_dyn[];  /* no static shared: one per block */")
         k.append("  float* const kf_scratch = kf_dyn;")
-        k.append(f"  float* const kf_xchg = kf_dyn + {CLUSTER_XCHG};")
+        if not grid:
+            k.append(f"  float* const kf_xchg = kf_dyn + {CLUSTER_XCHG};")
         k.append(f"  float* const kf_row = kf_dyn + {CLUSTER_HEAD};  /* the share past the registers */")
-        k.append("  int kf_parity = 0;")
-        k.append("  const cooperative_groups::cluster_group kf_cluster = cooperative_groups::this_cluster();")
-        k.append("  const int64_t kf_blocks = (int64_t)kf_cluster.num_blocks();")
-        k.append("  const int64_t kf_rank = (int64_t)kf_cluster.block_rank();")
+        if grid:
+            k.append("  const int kf_rank = (int)(blockIdx.x % (unsigned int)kf_blocks);")
+        else:
+            k.append("  int kf_parity = 0;")
+            k.append("  const cooperative_groups::cluster_group kf_cluster =")
+            k.append("      cooperative_groups::this_cluster();")
+            k.append("  const int64_t kf_blocks = (int64_t)kf_cluster.num_blocks();")
+            k.append("  const int64_t kf_rank = (int64_t)kf_cluster.block_rank();")
         k += pre
         k.append("  for (int64_t o = blockIdx.x / kf_blocks; o < outer; o += gridDim.x / kf_blocks) {")
         k.append("    const int64_t base = o * R;")
+        if grid:
+            k.append(f"    float* const kf_row_slots = kf_slots + o * {GRID_PHASES} * kf_blocks;")
+            k.append("    unsigned int* const kf_row_arrivals = kf_arrivals + o;")
+            k.append("    int kf_phase = 0;")
         k.append("    const int64_t per = (R + kf_blocks - 1) / kf_blocks, lo = kf_rank * per;")
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
         k.append(f"    float xr[{ONCHIP_PT}];")
         k += held_sweep("lo", "hi", [*xb, f"        xr[i] = {xv};"], [*xb, f"        {held} = {xv};"])
-        self._cluster = True
+        self._held_by = by
         try:
-            k += self._stats(op, literal(float(self._eps)), sweep, False, slot=SLOT)
+            stats = self._stats(op, literal(float(self._eps)), sweep, False, slot=SLOT)
         finally:
-            self._cluster = False
+            self._held_by = ""
+        if sum(line.count("kf_grid_reduce<") for line in stats) > GRID_PHASES:
+            raise ValueError(f"{op}: more statistics than the grid rows' {GRID_PHASES} slots a block")
+        k += stats
         if op == "softmax":
             value = "xv * inv"  # the held elements are exp(x - m) now
         k += sweep(
             "const float y = " + value + ";\n" + "\n".join(epilogue) + f"\n        out[base + j] = {result};"
         )
         k.append("  }")
-        k.append("  kf_cluster.sync();  /* no block leaves while another may still read its slots */")
+        if not grid:
+            k.append("  kf_cluster.sync();  /* no block leaves while another may still read its slots */")
         k.append("}")
         return "\n".join(k)
+
+
+def grid_signature(signature: str) -> str:
+    """A row kernel's parameters (`(..., last)`) and the grid-held kernel's own: the blocks a row, the
+    rows' statistic slots and arrival counters."""
+    return signature[:-1] + ", int kf_blocks, float* kf_slots, unsigned int* kf_arrivals)"
