@@ -94,3 +94,24 @@ def test_bitwise_equal_by_slices_finds_a_difference_in_any_slice(monkeypatch: py
         b = a.clone()
         b.view(torch.int32)[at] ^= 1
         assert not comparison.bitwise_equal(a, b), at
+
+
+@pytest.mark.parametrize("numel", [1, 2, 13, 14, 29])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8])
+def test_the_content_digest_is_the_same_sliced(
+    monkeypatch: pytest.MonkeyPatch, numel: int, dtype: torch.dtype
+) -> None:
+    gen = torch.Generator().manual_seed(numel)
+    value = (torch.randn(numel, generator=gen) * 50).to(dtype)
+    whole, sliced = whole_and_sliced(monkeypatch, lambda: comparison.content_digest(value))
+    assert whole == sliced
+
+
+def test_the_content_digest_tells_draws_apart_in_any_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 7)
+    value = torch.randn(40, generator=torch.Generator().manual_seed(1))
+    digest = comparison.content_digest(value)
+    for at in (0, 7, 8, 39):  # the first slice, a slice's first odd word, the last
+        other = value.clone()
+        other[at] += 1.0
+        assert comparison.content_digest(other) != digest

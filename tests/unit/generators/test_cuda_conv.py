@@ -311,8 +311,10 @@ def test_the_channels_last_tf32_unit_multiplies_by_warpgroups_where_k_is_long(
         ("nn.Conv1d(64, 128, 3)", "1, 64, 1000", True, True),
         # a transposed conv of stride 1 whose rows of 132 pixels one tile fills half (level1/69's case)
         ("nn.ConvTranspose2d(64, 128, (3, 5))", "1, 64, 4, 128", True, False),
-        # 32 output channels: half of each 64-row slab would be padding
-        ("nn.Conv2d(32, 32, (3, 7))", "1, 32, 5, 262", True, False),
+        # 32 output channels (level1/78's geometry): half of each 64-row slab is padding, and still faster
+        ("nn.Conv2d(32, 32, (3, 7))", "1, 32, 5, 262", True, True),
+        # 16 output channels: three quarters would be padding
+        ("nn.Conv2d(32, 16, (3, 7))", "1, 32, 5, 262", True, False),
         # stride 2 along the row: neighbouring pixels read every other input pixel, no strip
         ("nn.Conv2d(32, 64, 3, stride=(1, 2))", "1, 32, 6, 520", False, False),
         # a strided transposed conv is phased: no strip
@@ -324,7 +326,7 @@ def test_the_warpgroup_conv_reads_a_row_strip_where_its_tiles_fill_the_rows(
 ) -> None:
     """KF_WG_STRIP (cuda_conv_strip.py) is declared where consecutive output pixels read consecutive
     input pixels at every tap (stride 1 along the row; transposed, stride 1) with 2+ taps along it; on by
-    default (with the warpgroup MMAs) where 256-pixel tiles fill 60% of an output row at 64+ channels."""
+    default (with the warpgroup MMAs) where 256-pixel tiles fill 60% of an output row at 32+ channels."""
     units = [
         c.source
         for c in seeds(conv_task(module, shape))

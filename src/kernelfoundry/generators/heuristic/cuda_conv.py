@@ -109,13 +109,16 @@ def warpgroups_by_default(graph: Graph, plan: ConvPlan) -> bool:
 # faster than the mma.sync kernel on 67 (a 1-D conv of K 192); 2% slower on 69 (260: 51% filled),
 # bench/results/h100_2026-12-06d/.
 STRIP_MIN_FILL = 0.6
+STRIP_MIN_CHANNELS = 32  # a group's output channels, at least
 
 
 def strip_by_default(plan: ConvPlan) -> bool:
-    """Whether the warpgroup kernel reads a row strip unless swept otherwise (where it applies): 64+
+    """Whether the warpgroup kernel reads a row strip unless swept otherwise (where it applies): 32+
     output channels a group and an output row that 256-pixel tiles fill to STRIP_MIN_FILL. It brings the
-    warpgroup MMAs with it, whatever the group's K."""
-    if not strips.strip_applies(plan) or _block_rows(plan) < 64:
+    warpgroup MMAs with it, whatever the group's K. At 32 channels (BM 32, run as 64: half of each slab
+    padding) it still won on the H100: level1/71's conv 1.22 -> 1.07 ms, 78's 2.42 -> 1.48 ms
+    (bench/results/h100_2026-12-06e/)."""
+    if not strips.strip_applies(plan) or int(plan.conv.shape[1]) // plan.groups < STRIP_MIN_CHANNELS:
         return False
     width = int(plan.conv.shape[-1])
     tiles = -(-width // 256)

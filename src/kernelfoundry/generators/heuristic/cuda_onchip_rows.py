@@ -99,8 +99,9 @@ def grid_reduce(block_reduce: str) -> str:
 /* v reduced over the `blocks` blocks that hold a row (launched cooperatively: all run at once). Each
    block's total (the unit's block reduction) goes to its slot of the row's statistic `phase`; the block
    then counts itself in at the row's arrival counter (zeroed before the launch) and waits until all
-   the row's blocks have, and every block combines the slots in rank order: the same total in each. A
-   statistic has slots of its own, so no slot is written again while another block may read it. */
+   the row's blocks have; one warp of each block combines the slots in the same fixed order (the same
+   total in every block) and hands it to the others past the block reduction's scratch. A statistic has
+   slots of its own, so no slot is written again while another block may read it. */
 template <int OP>
 __device__ float kf_grid_reduce(float v, float* scratch, float* slots, unsigned int* arrivals, int blocks,
                                 int rank, int& phase) {
@@ -116,11 +117,21 @@ __device__ float kf_grid_reduce(float v, float* scratch, float* slots, unsigned 
     __threadfence();
   }
   __syncthreads();
-  const volatile float* row = slots + phase * blocks;
-  float t = row[0];
-  for (int r = 1; r < blocks; ++r) t = kf_combine<OP>(t, row[r]);
+  if (threadIdx.x < 32) {  /* one warp reads the slots: lane-strided in rank order, then a fixed tree */
+    const volatile float* row = slots + phase * blocks;
+    const float none = OP == 0 ? 0.0f : (OP == 1 ? -INFINITY : INFINITY);
+    float t = threadIdx.x < (unsigned int)blocks ? row[threadIdx.x] : none;
+    for (int r = threadIdx.x + 32; r < blocks; r += 32) t = kf_combine<OP>(t, row[r]);
+    for (int o = 16; o > 0; o >>= 1) t = kf_combine<OP>(t, __shfl_xor_sync(0xffffffffu, t, o));
+    if (threadIdx.x == 0) scratch["""
+        + str(CLUSTER_SCRATCH)
+        + r"""] = t;
+  }
+  __syncthreads();
   ++phase;
-  return t;
+  return scratch["""
+        + str(CLUSTER_SCRATCH)
+        + r"""];
 }
 """
     )
