@@ -129,6 +129,10 @@ class RunnerDevice:
     def synchronize(self) -> None:
         """Wait for every piece of work on the device."""
 
+    def release_memory(self) -> None:
+        """Hand what the runner freed back to the driver (the judge beside it allocates on the same
+        device); nothing to do on the host."""
+
     def place(self, host: Any) -> Any:
         """The tensor the candidate computes on for a judge-provided host tensor (shared: itself)."""
         return host

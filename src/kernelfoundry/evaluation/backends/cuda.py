@@ -194,6 +194,13 @@ class CudaRunnerDevice(RunnerDevice):
 
         torch.cuda.synchronize()
 
+    def release_memory(self) -> None:
+        """The caching allocator's free blocks (a refresh's fresh draw, a digest's temporaries) back to
+        the driver, for the judge's references on the same device."""
+        import torch
+
+        torch.cuda.empty_cache()
+
     def place(self, host: Any) -> Any:
         placed = host.to(self.device, copy=True)
         self.synchronize()
