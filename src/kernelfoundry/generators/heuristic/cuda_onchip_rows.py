@@ -25,8 +25,8 @@ Rows longer than a cluster holds (level1/35_GroupNorm_'s groups of 2,097,152 flo
 portable cluster holds 2.3) are held by co-resident blocks of the whole grid (`_grows`, launched
 cooperatively, so every block runs at once or the launch fails): as many blocks a row as its shares
 need, spread so that the rows in flight fill the device's blocks, each statistic exchanged through
-global memory (`kf_grid_reduce`: a block's total to its slot of the row, then an arrival counter the
-row's blocks wait on, the slots combined in rank order so every block gets the same total). Without it
+global memory (`kf_grid_reduce`: a block's total to its slot of the row, then its arrival flag, which
+the row's blocks wait on, the slots combined in rank order so every block gets the same total). Without it
 such rows take the split kernels' two reads and a write. Switched by the unit's KF_GRID_ROWS tunable.
 Pure string building.
 """
@@ -97,9 +97,9 @@ def grid_reduce(block_reduce: str) -> str:
     return (
         r"""
 /* v reduced over the `blocks` blocks that hold a row (launched cooperatively: all run at once). Each
-   block's total (the unit's block reduction) goes to its slot of the row's statistic `phase`; the block
-   then counts itself in at the row's arrival counter (zeroed before the launch) and waits until all
-   the row's blocks have; one warp of each block combines the slots in the same fixed order (the same
+   block's total (the unit's block reduction) goes to its slot of the row's statistic `phase`, then its
+   arrival flag (one a block, zeroed before the launch) is raised to the statistic's number; one thread of
+   each block waits for every flag of the row and combines the slots in the same fixed order (the same
    total in every block) and hands it to the others past the block reduction's scratch. A statistic has
    slots of its own, so no slot is written again while another block may read it. */
 template <int OP>
@@ -108,22 +108,18 @@ __device__ float kf_grid_reduce(float v, float* scratch, float* slots, unsigned 
   v = """
         + block_reduce
         + r"""<OP>(v, scratch);
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {  /* one thread combines the slots in rank order: no shuffles, no atomics */
     slots[phase * blocks + rank] = v;
-    __threadfence();  /* the slot before the count */
-    atomicAdd(arrivals, 1u);
-    const unsigned int all = (unsigned int)blocks * (unsigned int)(phase + 1);
-    while (*(volatile unsigned int*)arrivals < all) __nanosleep(64);
+    __threadfence();  /* the slot before the flag */
+    const volatile unsigned int* flags = arrivals;
+    ((volatile unsigned int*)arrivals)[rank] = (unsigned int)(phase + 1);
+    for (int r = 0; r < blocks; ++r)
+      while (flags[r] < (unsigned int)(phase + 1)) __nanosleep(64);
     __threadfence();
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {  /* one warp reads the slots: lane-strided in rank order, then a fixed tree */
     const volatile float* row = slots + phase * blocks;
-    const float none = OP == 0 ? 0.0f : (OP == 1 ? -INFINITY : INFINITY);
-    float t = threadIdx.x < (unsigned int)blocks ? row[threadIdx.x] : none;
-    for (int r = threadIdx.x + 32; r < blocks; r += 32) t = kf_combine<OP>(t, row[r]);
-    for (int o = 16; o > 0; o >>= 1) t = kf_combine<OP>(t, __shfl_xor_sync(0xffffffffu, t, o));
-    if (threadIdx.x == 0) scratch["""
+    float t = row[0];
+    for (int r = 1; r < blocks; ++r) t = kf_combine<OP>(t, row[r]);
+    scratch["""
         + str(CLUSTER_SCRATCH)
         + r"""] = t;
   }
@@ -292,7 +288,7 @@ class OnChipRows(RowKernels):
         k.append("    const int64_t base = o * R;")
         if grid:
             k.append(f"    float* const kf_row_slots = kf_slots + o * {GRID_PHASES} * kf_blocks;")
-            k.append("    unsigned int* const kf_row_arrivals = kf_arrivals + o;")
+            k.append("    unsigned int* const kf_row_arrivals = kf_arrivals + o * kf_blocks;")
             k.append("    int kf_phase = 0;")
         k.append("    const int64_t per = (R + kf_blocks - 1) / kf_blocks, lo = kf_rank * per;")
         k.append("    const int64_t hi = lo + per < R ? lo + per : R;")
