@@ -956,7 +956,7 @@ def _cluster_rows_launch(kname: str, a: str) -> list[str]:
 def _grid_rows_launch(kname: str, a: str) -> list[str]:
     """The launch branch of `{kname}_grows` (cuda_onchip_rows.py), where KF_GRID_ROWS is on: rows longer
     than a cluster holds, held by co-resident blocks (kf_grid_rows_plan) of a cooperative launch, their
-    statistics' slots and arrival counters from the unit's pool, the counters zeroed first."""
+    statistics' slots and arrival flags from the unit's pool, the flags zeroed first."""
     slots = f"(size_t)outer * {GRID_PHASES} * kf_grid_blocks"
     return [
         "    } else if (KF_GRID_ROWS &&",

@@ -316,5 +316,5 @@ class OnChipRows(RowKernels):
 
 def grid_signature(signature: str) -> str:
     """A row kernel's parameters (`(..., last)`) and the grid-held kernel's own: the blocks a row, the
-    rows' statistic slots and arrival counters."""
+    rows' statistic slots and arrival flags (one a block)."""
     return signature[:-1] + ", int kf_blocks, float* kf_slots, unsigned int* kf_arrivals)"
