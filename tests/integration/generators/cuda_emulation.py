@@ -121,7 +121,6 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
-inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 /* a thread waiting on other blocks (a spin loop's pause) lets the OS run them */
 inline void __nanosleep(unsigned) { std::this_thread::yield(); }

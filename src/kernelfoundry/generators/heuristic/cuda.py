@@ -181,11 +181,9 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
         if "TCOLS_WIDTH" in launches:
             lines += TCOLS_TUNABLES
             defaults.append(("TCOLS_WIDTH", TCOLS_DEFAULT))
-        if "KF_GRID_ROWS" in launches:
+        if "KF_GRID_ROWS" in launches:  # with the cluster rows' launch, which reads KF_CLUSTER_MOST
             lines += GRID_TUNABLES
             defaults += GRID_DEFAULTS
-        elif "KF_CLUSTER_MOST" in launches:
-            defaults += [d for d in GRID_DEFAULTS if d[0] == "KF_CLUSTER_MOST"]
         for name, default in defaults:
             lines += [f"#ifndef {name}", f"#define {name} {default}", "#endif"]
         # only the reduction helpers the kernels call: a unit's source shows the strategy it uses

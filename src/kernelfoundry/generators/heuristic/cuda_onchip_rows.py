@@ -111,8 +111,8 @@ __device__ float kf_grid_reduce(float v, float* scratch, float* slots, unsigned 
   if (threadIdx.x == 0) {  /* one thread combines the slots in rank order: no shuffles, no atomics */
     slots[phase * blocks + rank] = v;
     __threadfence();  /* the slot before the flag */
-    const volatile unsigned int* flags = arrivals;
-    ((volatile unsigned int*)arrivals)[rank] = (unsigned int)(phase + 1);
+    volatile unsigned int* flags = arrivals;
+    flags[rank] = (unsigned int)(phase + 1);
     for (int r = 0; r < blocks; ++r)
       while (flags[r] < (unsigned int)(phase + 1)) __nanosleep(64);
     __threadfence();
