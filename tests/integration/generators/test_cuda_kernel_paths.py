@@ -128,6 +128,20 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "torch.sum(torch.clamp(1 - x * t, min=0), dim=-1)",
         "torch.randn(5, 7, 1001), torch.randn(1001)",
     ),
+    # middle-dim reductions over rows of no multiple of 4 floats: wide tiles of realigned float4s
+    "sum_middle_dim_odd_rows": (
+        "        pass",
+        "x",
+        "torch.sum(x, dim=1, keepdim=True)",
+        "torch.randn(2, 33, 1030)",
+    ),
+    "mean_middle_dim_of_a_map_odd_rows": (
+        "        pass",
+        "x",
+        "torch.mean(x * 2.0 + 1.0, dim=1)",
+        "torch.randn(3, 40, 301)",
+    ),
+    "amin_middle_dim_odd_rows": ("        pass", "x", "torch.amin(x, dim=1)", "torch.randn(2, 7, 1027)"),
     "amax_odd_long_rows": ("        pass", "x", "torch.amax(x, dim=1)", "torch.randn(3, 5001)"),
     "logsumexp_odd_rows": ("        pass", "x", "torch.logsumexp(x, dim=1)", "torch.randn(4, 1003)"),
     "sum_middle_dim": ("        pass", "x", "torch.sum(x, dim=1, keepdim=True)", "torch.randn(3, 40, 70)"),
@@ -602,6 +616,30 @@ def test_a_tiled_middle_dim_reduction_matches_torch_at_every_tile_width(
     assert tiled and all("@kf.tunable TCOLS_WIDTH" in k.code for k in tiled)
     for kernel in tiled:
         got, expected = run(task, kernel, build_emulated(kernel.code, tmp_path, {"TCOLS_WIDTH": width}))
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+WIDE_COLUMNS = [c for c in CASES if c.endswith("middle_dim_odd_rows") or c.endswith("map_odd_rows")]
+
+
+@pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
+@pytest.mark.parametrize("min_blocks", [1, 5, 8, 1000])  # row groups of 1, 2, 4; narrow tiles
+@pytest.mark.parametrize("case", WIDE_COLUMNS)
+def test_a_middle_dim_reduction_over_unaligned_rows_reads_realigned_float4s_in_wide_tiles(
+    case: str, min_blocks: int, tmp_path: Path
+) -> None:
+    """Rows of no multiple of 4 floats start at every offset modulo 16 bytes: the wide tiles read each
+    warp's 128 columns as aligned float4s and realign them by shuffles (kf_realign4), lanes past the row's
+    end reading the next row (or zeros after the last) into columns they never write. A launch that
+    would run too few blocks takes the narrow tiles instead; every choice reduces every column once."""
+    import torch
+
+    task, kernels = seeds(case)
+    wide = [k for k in kernels if "_wcols<1><<<" in k.code]
+    assert wide and all("@kf.tunable KF_WCOLS" in k.code and "kf_realign4(" in k.code for k in wide)
+    for kernel in wide:
+        lib = build_emulated(kernel.code, tmp_path, {"KF_WCOLS_MIN_BLOCKS": min_blocks})
+        got, expected = run(task, kernel, lib)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cpu import _leaf_shape, split_point
 from kernelfoundry.generators.heuristic.cuda_base import ROW_HEAD
-from kernelfoundry.generators.heuristic.cuda_columns import TCOLS_DEFAULT, TCOLS_TUNABLES, ColumnKernels
+from kernelfoundry.generators.heuristic.cuda_columns import (
+    REALIGN4,
+    TCOLS_DEFAULT,
+    TCOLS_TUNABLES,
+    WCOLS_DEFAULTS,
+    WCOLS_TUNABLES,
+    ColumnKernels,
+)
 from kernelfoundry.generators.heuristic.cuda_onchip_rows import (
     CLUSTER_HEAD,
     CLUSTER_SHARE,
@@ -181,6 +188,9 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
         if "TCOLS_WIDTH" in launches:
             lines += TCOLS_TUNABLES
             defaults.append(("TCOLS_WIDTH", TCOLS_DEFAULT))
+        if "KF_WCOLS" in launches:
+            lines += WCOLS_TUNABLES
+            defaults += WCOLS_DEFAULTS
         if "KF_GRID_ROWS" in launches:  # with the cluster rows' launch, which reads KF_CLUSTER_MOST
             lines += GRID_TUNABLES
             defaults += GRID_DEFAULTS
@@ -195,6 +205,7 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
         helpers += [REDUCE_WARP] if "kf_block_reduce_warp" in used or (held and not tree) else []
         helpers += [REDUCE_LANES] if "kf_warp_reduce" in used else []
         helpers += [REDUCE_TREE] if "kf_block_reduce_tree" in used or (held and tree) else []
+        helpers += [REALIGN4] if "kf_realign4" in used else []
         if held:
             block = "kf_block_reduce_tree" if tree else "kf_block_reduce_warp"
             helpers = [
@@ -603,6 +614,9 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             k += self._tiled_cols_kernel(kname, params2, pre2, body2, val2, init, comb, scale)
         if vcols:
             k += self._vec_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
+        wcols = tiled and vec_paths
+        if wcols:
+            k += self._wide_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
         fused_args = ""
         onchip: list[str] = []
         if consumer is not None:
@@ -751,6 +765,24 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
                 f"        {kname}_vcols<<<(unsigned)(nv < 65535 * 8 ? nv : 65535 * 8), 256, 0, st>>>"
                 f"(outer, R, inner, {ptr(step.out)}{a2});"
             )
+            out.append("      } else")
+        if wcols:
+            # rows of no multiple of 4 floats: wide tiles of realigned float4s, where they fill the GPU
+            ok = self._vec_ok(leaves, (), whole_rows=False)
+            out.append(
+                f"      if (KF_WCOLS && inner % 4 != 0 && inner >= 128 && {ok}"
+                " && outer * ((inner + 255) / 256) >= KF_WCOLS_MIN_BLOCKS) {"
+            )
+            out.append("        const int64_t w1 = outer * ((inner + 1023) / 1024);")
+            out.append("        const int64_t w2 = outer * ((inner + 511) / 512);")
+            out.append("        const int64_t w4 = outer * ((inner + 255) / 256);")
+            wargs = f"(outer, R, inner, {ptr(step.out)}{a2});"
+            for rg, blocks in ((1, "w1"), (2, "w2"), (4, "w4")):
+                cap = f"(unsigned)({blocks} < 65535 * 8 ? {blocks} : 65535 * 8)"
+                head = "if" if rg == 1 else "else if" if rg == 2 else "else"
+                cond = f" ({blocks} >= KF_WCOLS_MIN_BLOCKS)" if rg < 4 else ""
+                out.append(f"        {head}{cond}")
+                out.append(f"          {kname}_wcols<{rg}><<<{cap}, 256, 0, st>>>{wargs}")
             out.append("      } else")
         if tiled:
             out.append("      if (inner >= 32) {  /* TCOLS_WIDTH columns x row groups a block */")

@@ -23,6 +23,42 @@ TCOLS_WIDTH = "TCOLS_WIDTH"
 TCOLS_DEFAULT = 64
 TCOLS_TUNABLES = (f"// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default {TCOLS_DEFAULT}",)
 
+# Rows whose length is no multiple of 4 (level1/47's 4,095 floats) start at every 4-byte offset, so a
+# warp's row segment of a narrow tile shares a 32-byte sector with its neighbours': on the H100 the 64-column
+# tiles moved 9% more DRAM bytes than the input (Nsight Compute, bench/results/h100_2026-12-06f/). The wide
+# column tiles (`_wcols`) read each warp's 128 columns of a row as aligned float4s, realigned by warp
+# shuffles (kf_realign4), in tiles of 1024 / RG columns (RG row groups a 256-thread block), so only the
+# tiles' edges share sectors. `KF_WCOLS` 0 keeps the narrow tiles; a launch takes them where fewer than
+# KF_WCOLS_MIN_BLOCKS blocks of 256 columns would run (two blocks an SM of the H100/H200's 132).
+WCOLS_TUNABLES = ("// @kf.tunable KF_WCOLS in [0, 1] default 1",)
+WCOLS_DEFAULTS = (("KF_WCOLS", 1), ("KF_WCOLS_MIN_BLOCKS", 264))
+
+REALIGN4 = r"""
+/* The aligned float4 at p where it starts before `end`, zeros after: a float4 that starts inside the
+   tensor stays inside its 16-byte granule, so no read leaves the tensor's pages. */
+__device__ __forceinline__ float4 kf_ld4_upto(const float* p, const float* end) {
+  return p < end ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/* Lane `lane`'s floats p[4 lane .. 4 lane + 3] of the warp's 128 from p (p 4-byte aligned, the same for the
+   whole warp), read as aligned float4s: each lane loads the aligned float4 at its place and takes the rest
+   from the next lane's (lane 31 from the float4 after the warp's), so every 32-byte sector is read once. */
+__device__ __forceinline__ float4 kf_realign4(const float* p, int lane, const float* end) {
+  const int m = (int)(((uintptr_t)p >> 2) & 3);
+  const float* a = p - m;
+  const float4 A = kf_ld4_upto(a + 4 * lane, end);
+  if (m == 0) return A;
+  float4 B;
+  B.x = __shfl_down_sync(0xffffffffu, A.x, 1);
+  B.y = __shfl_down_sync(0xffffffffu, A.y, 1);
+  B.z = __shfl_down_sync(0xffffffffu, A.z, 1);
+  if (lane == 31) B = kf_ld4_upto(a + 128, end);
+  if (m == 1) return make_float4(A.y, A.z, A.w, B.x);
+  if (m == 2) return make_float4(A.z, A.w, B.x, B.y);
+  return make_float4(A.w, B.x, B.y, B.z);
+}
+"""
+
 # A middle-dim softmax keeps each column's values in registers where its length R is at most one of these
 MIDDLE_SOFTMAX_CACHED = (8, 16, 32, 64)
 
@@ -143,6 +179,63 @@ class ColumnKernels(EmitterBase):
         k = _column_tile_open(f"{kname}_tcols", params, pre, TCOLS_WIDTH)
         k += _column_tile_reduce(body, val, init, comb, scale, TCOLS_WIDTH)
         k += ["  }", "}"]
+        return k
+
+    def _wide_cols_kernel(
+        self, kname: str, step: Step, src: Ref, leaves: list[Leaf], params: list[str], pre: list[str],
+        loads: dict, init: str, comb: str, scale: str,
+    ) -> list[str]:  # fmt: skip
+        """Middle-dim reduction in wide column tiles: RG row groups of 8 / RG warps a 256-thread block, a
+        warp 128 columns of each of its rows read as realigned float4s (kf_realign4: rows of any length,
+        operands 16-byte aligned), a lane 4 columns; runs of 32 rows combined before the total (bounded
+        rounding), the row groups' partials then meet in shared memory. A lane past the row's end reads
+        the next row's values (or zeros after the last) into columns it never writes."""
+        full = self._full_leaves(leaves)
+        i4 = f"make_float4({init}, {init}, {init}, {init})"
+        k = ["template <int RG>"]
+        k.append(_column_signature(f"{kname}_wcols", params))
+        k.append("  constexpr int WPR = 8 / RG, TW = 128 * WPR;  /* warps a row group, columns a tile */")
+        k.append("  __shared__ float4 kf_wpart[256];")
+        k += pre
+        k.append("  const int lane = threadIdx.x & 31, ty = (threadIdx.x >> 5) / WPR;")
+        k.append("  const int64_t tiles = (inner + TW - 1) / TW, total = outer * R * inner;")
+        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
+        k.append("    const int64_t o = b / tiles;")
+        k.append(
+            "    const int64_t c0 = (b % tiles) * TW + ((threadIdx.x >> 5) % WPR) * 128, c = c0 + 4 * lane;"
+        )
+        k.append(f"    float4 acc = {i4};")
+        k.append("    for (int64_t j0 = ty; j0 < R; j0 += RG * 32) {")
+        k.append("      const int64_t j1 = j0 + RG * 32 < R ? j0 + RG * 32 : R;")
+        k.append(f"      float4 part = {i4};")
+        k.append("      int64_t e = (o * R + j0) * inner + c0;  /* the warp's first element of row j */")
+        k.append("      #pragma unroll 4")
+        k.append("      for (int64_t j = j0; j < j1; j += RG, e += RG * inner) {")
+        k += [
+            f"        const float4 w{kk} = kf_realign4({ptr(leaf.name)} + e, lane, {ptr(leaf.name)} + total);"
+            for kk, leaf in full
+        ]
+        k += self._float4_combine(step, src, full, loads, comb, "        ", "w{kk}", "part")
+        k.append("      }")
+        k += [f"      acc.{c} = {comb}(acc.{c}, part.{c});" for c in "xyzw"]
+        k.append("    }")
+        k.append("    if (RG > 1) {")
+        k.append("      kf_wpart[threadIdx.x] = acc;")
+        k.append("      __syncthreads();")
+        k.append("      if (ty == 0) {")
+        k.append("        for (int y = 1; y < RG; ++y) {")
+        k.append("          const float4 p = kf_wpart[threadIdx.x + y * 32 * WPR];")
+        k += [f"          acc.{c} = {comb}(acc.{c}, p.{c});" for c in "xyzw"]
+        k.append("        }")
+        k.append("      }")
+        k.append("      __syncthreads();")
+        k.append("    }")
+        k.append("    if (ty == 0) {")
+        for n, comp in enumerate("xyzw"):
+            k.append(f"      if (c + {n} < inner) out[o * inner + c + {n}] = acc.{comp}{scale};")
+        k.append("    }")
+        k.append("  }")
+        k.append("}")
         return k
 
     def _float4_row_into_part(
