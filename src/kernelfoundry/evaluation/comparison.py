@@ -100,6 +100,32 @@ def unwritten_mask(out: Any, ref: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Unwritten:
+    count: int  # elements still holding the poison where the reference holds something else
+    first: tuple[int, ...]  # the first one's index (() when none, or for a 0-d output)
+
+
+def unwritten(out: Any, ref: Any) -> Unwritten:
+    """`unwritten_mask`'s count and first index, slice by slice: a whole-output mask of level1/19's 6.4
+    GB output is three 1.6 GB bool temporaries at once, which ran an 80 GB card's judge out of memory
+    beside the sets it holds (bench/results/h100_2026-12-06f/)."""
+    count, first = 0, -1
+    for start, got, want in _slices(out, ref):
+        mask = unwritten_mask(got, want)
+        found = int(mask.sum().item())
+        if found and first < 0:
+            first = start + int(mask.nonzero()[0][0].item())
+        count += found
+    if first < 0 or out.dim() == 0:
+        return Unwritten(count, ())
+    index: list[int] = []
+    for size in reversed(tuple(out.shape)):
+        first, at = divmod(first, size)
+        index.append(at)
+    return Unwritten(count, tuple(reversed(index)))
+
+
+@dataclass(frozen=True)
 class Comparison:
     ok: bool
     max_abs_error: float

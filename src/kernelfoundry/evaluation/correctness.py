@@ -61,14 +61,12 @@ def check_trial(
             raise EvaluationFailure(
                 reasons.WRONG_DTYPE, f"output {i} has dtype {out.dtype}, expected {exp.dtype}"
             )
-        unwritten = comparison.unwritten_mask(out, ref)
-        if bool(unwritten.any().item()):
-            count = int(unwritten.sum().item())
-            first = [int(v) for v in unwritten.nonzero()[0].tolist()] if out.dim() else []
+        unwritten = comparison.unwritten(out, ref)
+        if unwritten.count:
             raise EvaluationFailure(
                 reasons.OUTPUT_NOT_WRITTEN,
-                f"output {i}: {count} of {out.numel()} elements still hold the poison after the call "
-                f"(first at index {first})",
+                f"output {i}: {unwritten.count} of {out.numel()} elements still hold the poison after the "
+                f"call (first at index {list(unwritten.first)})",
             )
     for i, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
         judge_values(history, seed_index, i, out, ref, tolerance)

@@ -775,11 +775,11 @@ class Evaluation:
         refreshed = input_set.refreshed_since_check
         input_set.refreshed_since_check = False
         for i, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
-            unwritten = comparison.unwritten_mask(out, ref)
-            if bool(unwritten.any().item()):
+            unwritten = comparison.unwritten(out, ref)
+            if unwritten.count:
                 raise EvaluationFailure(
                     reasons.OUTPUT_NOT_WRITTEN,
-                    f"timed call {call}: output {i} has {int(unwritten.sum().item())} of {out.numel()} "
+                    f"timed call {call}: output {i} has {unwritten.count} of {out.numel()} "
                     "elements still holding the poison",
                 )
             result = comparison.compare(out, ref, self.tolerance, state.history.error_floor)

@@ -115,3 +115,25 @@ def test_the_content_digest_tells_draws_apart_in_any_slice(monkeypatch: pytest.M
         other = value.clone()
         other[at] += 1.0
         assert comparison.content_digest(other) != digest
+
+
+@pytest.mark.parametrize("name,out,ref", cases(), ids=[c[0] for c in cases()])
+def test_unwritten_elements_are_counted_and_found_the_same_sliced(
+    name: str, out: torch.Tensor, ref: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poison check counts and locates by slices what a whole-output mask finds (the mask of a
+    6.4 GB output is 1.6 GB of bools, three at once)."""
+    mask = comparison.unwritten_mask(out, ref)
+    first = tuple(int(v) for v in mask.nonzero()[0].tolist()) if bool(mask.any()) else ()
+    whole, sliced = whole_and_sliced(monkeypatch, lambda: comparison.unwritten(out, ref))
+    assert whole == sliced == comparison.Unwritten(int(mask.sum()), first)
+    if name == "unwritten":
+        assert sliced == comparison.Unwritten(5, (3, 4))  # five elements, across a slice's edge
+
+
+def test_an_unwritten_element_in_a_later_slice_is_found_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 4)
+    out, ref = torch.zeros(3, 5), torch.zeros(3, 5, dtype=torch.float64)
+    out[2, 3] = float("nan")
+    assert comparison.unwritten(out, ref) == comparison.Unwritten(1, (2, 3))
+    assert comparison.unwritten(torch.tensor(float("nan")), torch.tensor(1.0)) == comparison.Unwritten(1, ())
