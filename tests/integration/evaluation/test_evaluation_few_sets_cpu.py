@@ -31,7 +31,9 @@ def test_the_good_unit_is_correct_and_timed_with_the_fewest_sets(
     assert "2 set(s) held instead of" in notes and "the trials on the first timing set" in notes, notes
 
 
-@pytest.mark.parametrize("name", ["replays_previous", "first_call_only", "pointer_cache", "wrong_sign"])
+@pytest.mark.parametrize(
+    "name", ["replays_previous", "first_call_only", "pointer_cache", "wrong_sign", "unwritten_half"]
+)
 def test_units_that_cheat_across_sets_are_caught_with_the_fewest_sets(
     name: str, units: Units, few_sets_worker: EvaluationWorker
 ) -> None:
