@@ -620,10 +620,18 @@ def test_a_tiled_middle_dim_reduction_matches_torch_at_every_tile_width(
 
 
 WIDE_COLUMNS = [c for c in CASES if c.endswith("middle_dim_odd_rows") or c.endswith("map_odd_rows")]
+WIDE_COLUMN_BLOCKS = [1, 5, 8, 1000]  # KF_WCOLS_MIN_BLOCKS: row groups of 1, 2, 4; the narrow tiles
+
+
+def wide_column_seeds(case: str) -> tuple[Task, list[Any]]:
+    task, kernels = seeds(case)
+    wide = [k for k in kernels if "_wcols<1><<<" in k.code]
+    assert wide and all("@kf.tunable KF_WCOLS" in k.code and "kf_realign4(" in k.code for k in wide)
+    return task, wide
 
 
 @pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
-@pytest.mark.parametrize("min_blocks", [1, 5, 8, 1000])  # row groups of 1, 2, 4; narrow tiles
+@pytest.mark.parametrize("min_blocks", WIDE_COLUMN_BLOCKS)
 @pytest.mark.parametrize("case", WIDE_COLUMNS)
 def test_a_middle_dim_reduction_over_unaligned_rows_reads_realigned_float4s_in_wide_tiles(
     case: str, min_blocks: int, tmp_path: Path
@@ -634,12 +642,27 @@ def test_a_middle_dim_reduction_over_unaligned_rows_reads_realigned_float4s_in_w
     would run too few blocks takes the narrow tiles instead; every choice reduces every column once."""
     import torch
 
-    task, kernels = seeds(case)
-    wide = [k for k in kernels if "_wcols<1><<<" in k.code]
-    assert wide and all("@kf.tunable KF_WCOLS" in k.code and "kf_realign4(" in k.code for k in wide)
+    task, wide = wide_column_seeds(case)
     for kernel in wide:
         lib = build_emulated(kernel.code, tmp_path, {"KF_WCOLS_MIN_BLOCKS": min_blocks})
         got, expected = run(task, kernel, lib)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_ready(), reason="needs nvcc and a CUDA device")
+@pytest.mark.parametrize("min_blocks", WIDE_COLUMN_BLOCKS)
+@pytest.mark.parametrize("case", WIDE_COLUMNS)
+def test_a_middle_dim_reduction_over_unaligned_rows_in_wide_tiles_on_the_gpu(
+    case: str, min_blocks: int, tmp_path: Path
+) -> None:
+    import torch
+
+    task, wide = wide_column_seeds(case)
+    for kernel in wide:
+        lib = build_unit(kernel, tmp_path, {"KF_WCOLS_MIN_BLOCKS": min_blocks})
+        got, expected = run(task, kernel, lib, device="cuda")
+        torch.cuda.synchronize()
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
