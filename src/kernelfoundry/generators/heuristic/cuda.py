@@ -614,7 +614,8 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             k += self._tiled_cols_kernel(kname, params2, pre2, body2, val2, init, comb, scale)
         if vcols:
             k += self._vec_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
-        wcols = tiled and vec_paths
+        # the realignment shuffles: only where the variant reports warp-level work (its warp reductions)
+        wcols = tiled and vec_paths and self.variant.reduction == "warp"
         if wcols:
             k += self._wide_cols_kernel(kname, step, src, leaves, params2, pre2, loads2, init, comb, scale)
         fused_args = ""
