@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 
 from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
+from kernelfoundry.generators.heuristic import cuda_conv_span as spans
 from kernelfoundry.generators.heuristic import cuda_conv_strip as strips
 from kernelfoundry.generators.heuristic import cuda_conv_wgmma as wgmma
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan, conv_plan
@@ -714,6 +715,10 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if strip:  # the row strip (cuda_conv_strip.py): swept
         tunables.append(f"// @kf.tunable KF_WG_STRIP in [0, 1] default {int(strip_on)}")
         defaults["KF_WG_STRIP"] = int(strip_on)
+    span = not nhwc and spans.span_applies(plan)
+    if span:  # the input span of a 1-D conv read in NCL (cuda_conv_span.py): swept
+        tunables.append("// @kf.tunable KF_SPAN in [0, 1] default 1")
+        defaults["KF_SPAN"] = 1
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
@@ -745,7 +750,14 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         if strip:
             lines.append("#endif")
         lines.append("#else  /* mma.sync */")
-    lines += [_open(plan).rstrip("\n"), prologue, loads, _MAIN_LOOP.rstrip("\n")]
+    if span:
+        lines += [(_OPEN + _COPIES).rstrip("\n"), spans.span_defines(plan).rstrip("\n")]
+        lines += [_first_pixel(plan, _KERNEL_OPEN).rstrip("\n"), "#if KF_SPAN"]
+        lines += [spans.span_prologue(plan).rstrip("\n"), spans.span_loads(plan).rstrip("\n")]
+        lines += [spans.span_main_loop(TC_STEP).rstrip("\n"), "#else  /* gathers */"]
+        lines += [prologue, loads, _MAIN_LOOP.rstrip("\n"), "#endif"]
+    else:
+        lines += [_open(plan).rstrip("\n"), prologue, loads, _MAIN_LOOP.rstrip("\n")]
     lines += _epilogue(graph, plan, TC_LAYOUT)
     if warpgroups:
         lines.append("#endif")
@@ -793,7 +805,13 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
     contiguous = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"
     contiguous = "1" if nhwc else contiguous
+    if span:  # the span copies the input 16 bytes at a time where its rows are 16-byte aligned
+        w("#if KF_SPAN")
+        w("  const int a_vec = IW % 4 == 0 && ((uintptr_t)X) % 16 == 0;  /* 16-byte input copies */")
+        w("#else")
     w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
+    if span:
+        w("#endif")
     xtiles = "(ptiles * KF_PHASES)" if phases.phased(plan) else "ptiles"
     w(f"  const dim3 grid((unsigned){xtiles}, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));")
     w("  const size_t smem = sizeof(float) * KF_SMEM_FLOATS;")

@@ -1,0 +1,195 @@
+"""The mma.sync conv's input-span main loop for 1-D convs read in NCL: one contiguous span of input a
+channel, read by every tap and every pixel of the block.
+
+The gathering kernel (cuda_conv.py) copies the im2col matrix element by element: one 4-byte copy per (k
+row, pixel), each with its own decode and bounds check, and a 1-D conv of stride 3 (level1/76) has a
+warp's 32 copies of a k row spread over 384 bytes. The channels-last path instead converts the whole
+input to NLC first, which on a 1-D conv costs as much as the conv itself (76 on the H100: 6.5 ms of
+conversion, an 8.6 GB input read and written once more, beside cuDNN's 12.4 ms in all).
+
+In 1-D, output pixels n0 .. n0 + BN - 1 of a block read input positions n * S - P + tap * D: for every
+input channel one contiguous span of (BN - 1) * S + (KW - 1) * D + 1 values (a transposed conv of stride
+1 reads n + P - tap * D, the same span with the taps reversed). A stage holds the span of 8 input
+channels, copied 16 bytes at a time from the NCL input (4 bytes at a time at the row's ends, or where
+rows are not 16-byte aligned), and the filters of those 8 channels at every tap; k within a stage is (tap,
+channel), so a k8 step is one tap over the 8 channels and B(k, n) is span[k % 8][n * S + (k / 8) * D +
+shift], read straight from the span by the fragment loads (`shift`: the span's start past the 16-byte
+boundary it was copied from). The spans' row length is padded to a residue modulo 32 banks chosen for the
+stride (`span_bank_residue`), so a warp's fragment reads of a k8 step (4 channels x 8 pixels) hit 32
+distinct banks (S odd or 1), or as few twice as the stride allows.
+
+So the input is read once from DRAM, as the channels-last path's conversion reads it, and never written
+again; the output is written in NCL by the mma.sync kernel's epilogue. Tunable KF_SPAN (1 where it
+applies); the stages shrink to those that fit in shared memory. Pure string building.
+"""
+
+from __future__ import annotations
+
+from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
+from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
+
+SMEM_LIMIT = 232448  # bytes of dynamic shared memory a Hopper block may take
+CHANNELS = 8  # input channels a stage: one k8 step a tap
+
+
+def span_applies(plan: ConvPlan) -> bool:
+    """A 1-D conv whose output pixels read their input as one span: forward (any stride, padding,
+    dilation, groups) or transposed of stride 1, and two stages of the widest tile (128 output channels
+    a block, 256 pixels) fit in shared memory."""
+    if plan.dims != 1 or phases.phased(plan):
+        return False
+    if plan.transposed and plan.stride[2] != 1:
+        return False
+    return 2 * stage_bytes(128, 256, plan.kernel[2], plan.stride[2], plan.dilation[2]) <= SMEM_LIMIT
+
+
+def span_length(width: int, taps: int, stride: int, dilation: int) -> int:
+    """Floats a channel's span takes: the tile's reach plus up to 3 before it (the copy starts on a
+    16-byte boundary), in whole 16-byte copies."""
+    reach = (width - 1) * stride + (taps - 1) * dilation + 1
+    return (reach + 3 + 3) // 4 * 4
+
+
+def span_bank_residue(stride: int) -> int:
+    """The spans' row length modulo 32 (a multiple of 4: the rows stay 16-byte aligned) under which the
+    fragment reads of a k8 step, channels tig and tig + 4 (tig < 4) at pixels g * stride (g < 8), meet
+    the fewest times in one bank."""
+
+    def worst(residue: int) -> int:
+        banks = [0] * 32
+        for tig in range(4):
+            for g in range(8):
+                banks[(tig * residue + g * stride) % 32] += 1
+        return max(banks)
+
+    return min(range(0, 32, 4), key=lambda r: (worst(r), r))
+
+
+def _padded(length: int, residue: int) -> int:
+    return length + (residue - length % 32) % 32
+
+
+def stage_bytes(rows: int, width: int, taps: int, stride: int, dilation: int) -> int:
+    """One stage: `rows` filter rows of CHANNELS x taps (padded by 4) and CHANNELS spans."""
+    span = _padded(span_length(width, taps, stride, dilation), span_bank_residue(stride))
+    return 4 * (rows * (CHANNELS * taps + 4) + CHANNELS * span)
+
+
+def span_defines(plan: ConvPlan) -> str:
+    """After the mma.sync kernel's definitions: the span stages' layout (As rows of (tap, channel), Bs
+    rows of a channel's span) and the stages that fit."""
+    residue = span_bank_residue(plan.stride[2])
+    return rf"""
+/* the input span (cuda_conv_span.py): KF_SPAN asks for it */
+#ifndef KF_SPAN
+#define KF_SPAN 0
+#endif
+#if KF_SPAN
+#define KF_SK ({CHANNELS} * KF_KW)  /* k a stage: (tap, channel) */
+#define KF_SPAN_LEN ((((BN - 1) * KF_SW + (KF_KW - 1) * KF_DW + 1) + 6) / 4 * 4)
+#undef KF_AS_LD
+#define KF_AS_LD (KF_SK + 4)  /* an odd multiple of 4: a warp's A fragment reads hit 32 banks */
+#undef KF_BS_ROWS
+#define KF_BS_ROWS {CHANNELS}
+#undef KF_BS_LD
+#define KF_BS_LD (KF_SPAN_LEN + ({residue} - KF_SPAN_LEN % 32 + 32) % 32)  /* residue {residue}: banks */
+#define KF_SPAN_STAGE_BYTES (4 * (BM * KF_AS_LD + KF_BS_ROWS * KF_BS_LD))
+#if KF_STAGES * KF_SPAN_STAGE_BYTES > {SMEM_LIMIT}
+#undef KF_STAGES
+#define KF_STAGES ({SMEM_LIMIT} / KF_SPAN_STAGE_BYTES)  /* two at least: span_applies */
+#endif
+#undef KF_SMEM_FLOATS
+#define KF_SMEM_FLOATS (KF_STAGES * (BM * KF_AS_LD + KF_BS_ROWS * KF_BS_LD))
+#endif
+"""
+
+
+def span_prologue(plan: ConvPlan) -> str:
+    """The block's image, group and planes, and the span's first input position: 16-byte aligned, with
+    the tile's first read `shift` floats into it."""
+    # transposed, pixel n reads n + P - tap * D: the span starts at the last tap's position
+    start = "n0 + KF_PW - (KF_KW - 1) * KF_DW" if plan.transposed else "n0 * KF_SW - KF_PW"
+    return rf"""
+  const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
+  const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
+  W += (image * geo.CI + group * cig) * (int64_t)geo.IW;  /* the group's input rows */
+  X += group * (int64_t)M * K;  /* its filters */
+  out += (image * KF_GROUPS + group) * (int64_t)M * N;  /* its output: M channels of P pixels */
+  const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
+  const int start = {start};  /* the tile's first input position (may be negative: padding) */
+  const int a0 = start - ((start % 4) + 4) % 4, shift = start - a0;  /* the copies' first, aligned */
+  const int span_vec = a_vec;  /* rows 16-byte aligned: the span copied 16 bytes at a time */
+"""
+
+
+def span_loads(plan: ConvPlan) -> str:
+    """`load_a(st, s)`: the filters of channel slice s at every tap into rows of (tap, channel), 4 bytes a
+    copy (zeros past M or the group's channels); `load_b(st, s)`: the slice's spans, 16 bytes a copy
+    where the run lies in the row (zeros past the group's channels), else 4 bytes a copy with zeros
+    outside the row."""
+    if plan.transposed:  # (CI, CO / G, taps), the taps reversed
+        source = "X + ((int64_t)ci * M + gm) * KF_KW + (KF_KW - 1 - tap)"
+    else:  # (CO, CI / G, taps)
+        source = "X + (int64_t)gm * K + ci * KF_KW + tap"
+    return rf"""  auto load_a = [&](int st, int s) {{
+    #pragma unroll 1
+    for (int l = 0; l < (BM * KF_SK + 255) / 256; ++l) {{
+      const int e = tid + l * 256, r = e / KF_SK, kk = e % KF_SK, tap = kk / {CHANNELS};
+      const int gm = m0 + r, ci = s * {CHANNELS} + kk % {CHANNELS};
+      const bool ok = gm < M && ci < cig;
+      if (e < BM * KF_SK) kf_cp4(&As[st][r][kk], ok ? {source} : X, ok);
+    }}
+  }};
+  auto load_b = [&](int st, int s) {{
+    constexpr int quads = KF_SPAN_LEN / 4;
+    #pragma unroll 1
+    for (int l = 0; l < ({CHANNELS} * quads + 255) / 256; ++l) {{
+      const int e = tid + l * 256, c = e / quads, p = a0 + e % quads * 4, ci = s * {CHANNELS} + c;
+      if (e >= {CHANNELS} * quads) break;
+      float* dst = &Bs[st][c][e % quads * 4];
+      const float* row = W + (int64_t)(ci < cig ? ci : 0) * geo.IW;
+      if (span_vec && p >= 0 && p + 4 <= geo.IW) {{
+        kf_cp16(dst, ci < cig ? row + p : W, ci < cig);
+      }} else {{
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {{
+          const bool ok = ci < cig && (unsigned)(p + i) < (unsigned)geo.IW;
+          kf_cp4(dst + i, ok ? row + p + i : W, ok);
+        }}
+      }}
+    }}
+  }};
+"""
+
+
+def span_main_loop(step: str) -> str:
+    """The channel slices through KF_STAGES stages, as the gathering kernel's main loop; `step` is the
+    tensor-core step (TC_STEP) over the stage's KF_SK k."""
+    return (
+        r"""
+  /* slice s (8 input channels at every tap) lives in stage s % KF_STAGES */
+  const int slices = (int)((cig + 7) / 8);
+  #pragma unroll
+  for (int s = 0; s < KF_STAGES - 1; ++s) {
+    if (s < slices) {
+      load_a(s, s);
+      load_b(s, s);
+    }
+    asm volatile("cp.async.commit_group;");
+  }
+#define KF_A_FRAG(k, r) As[cur][r][k]
+#define KF_B_FRAG(k, c) Bs[cur][(k) % 8][(c) * KF_SW + (k) / 8 * KF_DW + shift]
+  for (int s = 0; s < slices; ++s) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2));
+    __syncthreads();
+    const int next = s + KF_STAGES - 1;
+    if (next < slices) {
+      load_a(next % KF_STAGES, next);
+      load_b(next % KF_STAGES, next);
+    }
+    asm volatile("cp.async.commit_group;");
+    const int cur = s % KF_STAGES;
+"""
+        + step.replace("k8 < BK", "k8 < KF_SK")
+        + "  }\n"
+    )
