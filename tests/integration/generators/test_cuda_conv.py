@@ -94,6 +94,15 @@ CONVS = {  # name: (module, forward expression, input shape)
         "torch.relu(self.conv(x))",
         "1, 8, 3, 5, 9",
     ),
+    # the input span of a 1-D conv read in NCL (cuda_conv_span.py): rows of a multiple of 4 (16-byte
+    # copies), padding before the first and past the last (4-byte copies at the edges), a second, partial
+    # slice of 8 channels; grouped and transposed, its taps reversed
+    "1d_span": ("nn.Conv1d(12, 20, 5, stride=2, padding=3, dilation=2)", "self.conv(x)", "2, 12, 400"),
+    "t1d_span": (
+        "nn.ConvTranspose1d(10, 6, 4, padding=2, dilation=3, groups=2)",
+        "torch.relu(self.conv(x))",
+        "2, 10, 64",
+    ),
     # a conv after a depthwise conv (cuda_conv_chain.py): strided, and a dilated 1-D one with a tail
     "chain_2d": (
         "nn.Sequential(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), nn.Conv2d(8, 20, 1))",

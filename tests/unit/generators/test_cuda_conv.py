@@ -350,3 +350,54 @@ def test_the_warpgroup_conv_reads_a_row_strip_where_its_tiles_fill_the_rows(
     loop = code[code.index("for (int t = 0; t < slices; ++t)") :]
     assert loop.index("kf_wg_commit();") < loop.index("load_slice(next % KF_SS, next);")
     assert loop.index("load_slice(next % KF_SS, next);") < loop.index("kf_wg_wait<0>();")
+
+
+@pytest.mark.parametrize(
+    ("module", "shape", "span"),
+    [
+        ("nn.Conv1d(64, 128, 3, stride=3, dilation=4, bias=False)", "2, 64, 4000", True),  # level1/76's
+        ("nn.Conv1d(12, 20, 5, stride=2, padding=3, dilation=2, groups=2)", "2, 12, 400", True),
+        ("nn.ConvTranspose1d(16, 8, 3, padding=1, dilation=3)", "2, 16, 64", True),
+        # a strided transposed conv is phased; a 2-D conv's pixels read no one span
+        ("nn.ConvTranspose1d(16, 8, 3, stride=2)", "2, 16, 64", False),
+        ("nn.Conv2d(16, 8, 3)", "2, 16, 20, 20", False),
+    ],
+)
+def test_a_1d_conv_read_in_ncl_copies_one_input_span_a_channel(module: str, shape: str, span: bool) -> None:
+    """KF_SPAN (cuda_conv_span.py) is declared, on by default, in the NCL unit of a 1-D conv whose pixels
+    read one span of each channel: forward, or transposed of stride 1. Its B fragments are read from
+    the span at the pixel's stride and the tap's dilation; the span is copied 16 bytes at a time where
+    the input's rows are 16-byte aligned (`a_vec` in span mode)."""
+    (unit,) = [c.source for c in family(conv_task(module, shape)) if parse_variant(c.source.code).tf32]
+    declared = {t.name: (t.values, t.default) for t in unit.tunables}
+    if not span:
+        assert "KF_SPAN" not in declared and "load_b = [&](int st, int s)" not in unit.code
+        return
+    assert declared["KF_SPAN"] == ((0, 1), 1)
+    code = unit.code
+    assert code.index("#if KF_SPAN") < code.index("#else  /* gathers */")
+    assert "#define KF_B_FRAG(k, c) Bs[cur][(k) % 8][(c) * KF_SW + (k) / 8 * KF_DW + shift]" in code
+    assert "for (int k8 = 0; k8 < KF_SK; k8 += 8)" in code
+    assert "const int a_vec = IW % 4 == 0 && ((uintptr_t)X) % 16 == 0;" in code
+    if "Transpose" in module:  # the taps reversed: the filters of tap KW - 1 - tap, the span from the last
+        assert "(KF_KW - 1 - tap)" in code and "n0 + KF_PW - (KF_KW - 1) * KF_DW" in code
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_the_span_rows_keep_a_k8_steps_fragment_reads_in_distinct_banks(stride: int) -> None:
+    """The spans' padded row length: 16-byte aligned (a multiple of 4 floats), and a warp's B fragment
+    reads (4 channels x 8 pixels at the stride) in 32 distinct banks where the stride is odd. With rows
+    a multiple of 4 apart, an even stride reaches only the banks of its gcd with 4: as few reads share
+    one as that allows."""
+    import math
+
+    from kernelfoundry.generators.heuristic.cuda_conv_span import span_bank_residue
+
+    residue = span_bank_residue(stride)
+    assert residue % 4 == 0
+    banks = [0] * 32
+    for tig in range(4):
+        for g in range(8):
+            banks[(tig * residue + g * stride) % 32] += 1
+    worst = max(banks)
+    assert worst == math.gcd(stride, 4)
