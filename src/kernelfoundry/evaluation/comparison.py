@@ -376,7 +376,8 @@ def is_half_precision_level(out: Any, ref: Any, dtype: Any) -> bool:
 def bitwise_equal(a: Any, b: Any) -> bool:
     """Same bytes (NaNs with the same payload compare equal). Slice by slice: torch.equal over a whole
     tensor allocates a bool per byte compared (16 GiB for level1/45_Average_Pooling_2D's 17 GB input,
-    beside the two draws it compared, when the judge ran out of memory on the H200)."""
+    beside the two draws it compared, when the judge ran out of memory on the H200). `b` may live on
+    another device: each of its slices is copied to `a`'s in turn, never the whole."""
     import torch
 
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -387,7 +388,7 @@ def bitwise_equal(a: Any, b: Any) -> bool:
     flat_b = b.contiguous().reshape(-1).view(torch.uint8)
     step = 8 * CHUNK_ELEMENTS  # bytes: the same bool temporary as a float64 slice of the comparisons
     return all(
-        torch.equal(flat_a[start : start + step], flat_b[start : start + step])
+        torch.equal(flat_a[start : start + step], flat_b[start : start + step].to(flat_a.device))
         for start in range(0, flat_a.numel(), step)
     )
 

@@ -120,6 +120,8 @@ class Binding:
     model: Any = None  # the glue's ModelNew instance
     draws: Any = None  # drawn sets: the task's module and shape, to draw from the judge's seeds
     seeds: list[int] = field(default_factory=list)  # drawn sets: the seed each set's values came from
+    # drawn sets: each set's tensors' content digests as drawn (the intact-inputs check of a large set)
+    digests: list[list[int]] = field(default_factory=list)
     lent_outputs: list[Any] = field(default_factory=list)  # views of the judge's lent device memory
 
 
@@ -236,8 +238,10 @@ class Runner:
         digests: list[list[int]] = []
         if draw:
             draws, sets, seeds = self._draw_sets(draw, command["sets"])
-            binding = Binding([], sets, [], host_outputs, outputs, draws=draws, seeds=seeds)
             digests = [[comparison.content_digest(v) for v in s if hasattr(v, "data_ptr")] for s in sets]
+            binding = Binding(
+                [], sets, [], host_outputs, outputs, draws=draws, seeds=seeds, digests=[*digests]
+            )
         else:
             sets = [[place(v) if hasattr(v, "data_ptr") else v for v in s] for s in host_sets]
             binding = Binding(host_sets, sets, [], host_outputs, outputs)
@@ -321,6 +325,8 @@ class Runner:
                 if hasattr(placed, "data_ptr"):
                     placed.copy_(value)
         binding.seeds[index] = seed
+        if index < len(binding.digests):
+            binding.digests[index] = [comparison.content_digest(v) for v in fresh if hasattr(v, "data_ptr")]
         self.device.synchronize()
         drawn_bytes = sum(v.numel() * v.element_size() for v in fresh if hasattr(v, "data_ptr"))
         del fresh
@@ -427,18 +433,35 @@ class Runner:
         }
 
     def _check_inputs_intact(self, binding: Binding, index: int) -> None:
-        """Staged memory: the device copies of this set's inputs still equal the judge's staging, or a
-        new draw from their seed (a diagnostic the judge does not rely on: its own copies are out of the
-        runner's reach anyway)."""
+        """Staged memory: the device copies of this set's inputs still equal the judge's staging (slice
+        by slice), or a new draw from their seed; a drawn set of LARGE_DRAW_BYTES or more keeps its
+        digests as drawn instead (a redraw took the set's size again in device memory, 6.4 GB beside
+        level1/19's judge on an 80 GB card). A diagnostic the judge does not rely on: its own copies are
+        out of the runner's reach anyway."""
+        placed_set = binding.sets[index]
+        tensors = [v for v in placed_set if hasattr(v, "data_ptr")]
+        if (
+            binding.draws is not None
+            and sum(v.numel() * v.element_size() for v in tensors) >= LARGE_DRAW_BYTES
+        ):
+            if index < len(binding.digests):
+                now = [comparison.content_digest(v) for v in tensors]
+                for i, (digest, drawn) in enumerate(zip(now, binding.digests[index], strict=True)):
+                    if digest != drawn:
+                        raise EvaluationFailure(
+                            reasons.INPUT_MODIFIED,
+                            f"input {i} was modified by the candidate (its digest changed)",
+                        )
+            return
         originals = (
             self._drawn(binding.draws, binding.seeds[index])
             if binding.draws is not None
             else binding.host_sets[index]
         )
-        for i, (placed, original) in enumerate(zip(binding.sets[index], originals, strict=True)):
+        for i, (placed, original) in enumerate(zip(placed_set, originals, strict=True)):
             if not hasattr(placed, "data_ptr"):
                 continue
-            if not comparison.bitwise_equal(placed, original.to(placed.device)):
+            if not comparison.bitwise_equal(placed, original):
                 raise EvaluationFailure(reasons.INPUT_MODIFIED, f"input {i} was modified by the candidate")
 
     def batch(self, command: dict[str, Any], fds: list[int]) -> dict[str, Any]:

@@ -70,3 +70,46 @@ def test_a_refresh_writes_the_new_seeds_values_in_place_and_a_change_is_noticed(
     with pytest.raises(EvaluationFailure) as caught:
         runner._check_inputs_intact(binding, 1)
     assert caught.value.reason == reasons.INPUT_MODIFIED
+
+
+def test_a_large_drawn_set_is_checked_by_its_digests_as_drawn_without_a_redraw(monkeypatch) -> None:
+    """A drawn set of LARGE_DRAW_BYTES or more is not drawn again to be compared (that took the set's
+    size again in device memory): its tensors' digests, kept from the draw and from every refresh,
+    must still match."""
+    from kernelfoundry.evaluation import runner as runner_module
+    from kernelfoundry.evaluation.runner import Binding
+
+    monkeypatch.setattr(runner_module, "LARGE_DRAW_BYTES", 0)
+    runner, drawn = bound_runner(SOURCE, [31, 32], [[TENSOR, TENSOR], [TENSOR, TENSOR]])
+    digests = [[comparison.content_digest(v) for v in s] for s in drawn["sets"]]
+    binding = Binding(
+        [], drawn["sets"], [], [], [], draws=drawn["draws"], seeds=drawn["seeds"], digests=digests
+    )
+    runner._redraw(binding, 0, 77)
+    assert binding.digests[0] == [comparison.content_digest(v) for v in judge_draw(SOURCE, 77)]
+
+    def no_redraw(*_: object) -> list:
+        raise AssertionError("a large set is not drawn again for the check")
+
+    monkeypatch.setattr(runner, "_drawn", no_redraw)
+    runner._check_inputs_intact(binding, 0)  # untouched: no failure
+    binding.sets[0][1].mul_(-1.0)
+    with pytest.raises(EvaluationFailure) as caught:
+        runner._check_inputs_intact(binding, 0)
+    assert caught.value.reason == reasons.INPUT_MODIFIED and "digest" in caught.value.message
+
+
+def test_a_staged_set_is_compared_with_the_judges_host_copy_slice_by_slice(monkeypatch) -> None:
+    """Staged from the judge's host memory: the device copy is compared with it slice by slice (never a
+    whole second copy on the device)."""
+    from kernelfoundry.evaluation.runner import Binding
+
+    monkeypatch.setattr(comparison, "CHUNK_ELEMENTS", 4)  # 32-byte slices: 8 of a 64-float input
+    runner = Runner(CpuRunnerDevice("cpu"), staged=True)
+    host = [torch.randn(64), torch.randn(64)]
+    binding = Binding([host], [[t.clone() for t in host]], [], [], [])
+    runner._check_inputs_intact(binding, 0)
+    binding.sets[0][0][63] += 1.0  # in the last slice
+    with pytest.raises(EvaluationFailure) as caught:
+        runner._check_inputs_intact(binding, 0)
+    assert caught.value.reason == reasons.INPUT_MODIFIED
