@@ -374,6 +374,8 @@ def test_a_1d_conv_read_in_ncl_copies_one_input_span_a_channel(module: str, shap
         assert "KF_SPAN" not in declared and "load_b = [&](int st, int s)" not in unit.code
         return
     assert declared["KF_SPAN"] == ((0, 1), 1)
+    if declared["BM"][1] == 128:  # two blocks an SM of 128 x 128 tiles
+        assert (declared["KF_WN"][1], declared["KF_MIN_BLOCKS"][1]) == (4, 2)
     code = unit.code
     assert code.index("#if KF_SPAN") < code.index("#else  /* gathers */")
     assert "#define KF_B_FRAG(k, c) Bs[cur][(k) % 8][(c) * KF_SW + (k) / 8 * KF_DW + shift]" in code

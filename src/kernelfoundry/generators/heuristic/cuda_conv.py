@@ -685,6 +685,11 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # spills with the ldmatrix reads): 10-25% faster than one 128 x 256 block on the five level-1
         # convs of 128 output channels on the H100, bench/results/h100_2026-12-06/
         wn, blocks = 4, 2
+    span = not nhwc and spans.span_applies(plan)
+    if span and bm == 128:
+        # the same shape for the input span (113-124 registers at either precision): a block's epilogue
+        # then overlaps the other's copies (unmeasured: the probe prepared compares it with 128 x 256)
+        wn, blocks = 4, 2
     warpgroups = nhwc and variant.tf32  # the unit holds the warpgroup kernel beside the mma.sync one
     strip = warpgroups and strips.strip_applies(plan)
     strip_on = strip and strip_by_default(plan)
@@ -715,7 +720,6 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if strip:  # the row strip (cuda_conv_strip.py): swept
         tunables.append(f"// @kf.tunable KF_WG_STRIP in [0, 1] default {int(strip_on)}")
         defaults["KF_WG_STRIP"] = int(strip_on)
-    span = not nhwc and spans.span_applies(plan)
     if span:  # the input span of a 1-D conv read in NCL (cuda_conv_span.py): swept
         tunables.append("// @kf.tunable KF_SPAN in [0, 1] default 1")
         defaults["KF_SPAN"] = 1
