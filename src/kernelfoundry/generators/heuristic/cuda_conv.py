@@ -428,46 +428,59 @@ __global__ void __launch_bounds__(256, KF_MIN_BLOCKS)
   }
 """
 
-_MAIN_LOOP = (
-    r"""
+
+def pipelined_main_loop(slices: str, first_k: str, fragments: str, step: str) -> str:
+    """The mma.sync kernel's main loop: `slices` (an expression) k slices through KF_STAGES stages filled
+    by `load_a(stage, k0)` and `load_b(stage, k0)`, k0 being `first_k` with slice s for `{s}`;
+    `fragments` defines KF_A_FRAG and KF_B_FRAG over stage `cur`, which `step` multiplies."""
+    k0, k0_next = first_k.format(s="s"), first_k.format(s="next")
+    return (
+        rf"""
   /* slice s lives in stage s % KF_STAGES; the first KF_STAGES - 1 are in flight before the loop */
-  const int slices = (K + BK - 1) / BK;
+  const int slices = {slices};
   #pragma unroll
-  for (int s = 0; s < KF_STAGES - 1; ++s) {
-    if (s < slices) {
-      load_a(s, s * BK);
-      load_b(s, s * BK);
-    }
+  for (int s = 0; s < KF_STAGES - 1; ++s) {{
+    if (s < slices) {{
+      load_a(s, {k0});
+      load_b(s, {k0});
+    }}
     asm volatile("cp.async.commit_group;");
-  }
-#define KF_A_FRAG(k, r) As[cur][r][k]
-#if KF_NHWC
-#define KF_B_FRAG(k, c) Bs[cur][c][k]
-#else
-#define KF_B_FRAG(k, c) Bs[cur][k][c]
-#endif
-  for (int s = 0; s < slices; ++s) {
+  }}
+{fragments}  for (int s = 0; s < slices; ++s) {{
     /* this thread's copies of slice s have landed (at most KF_STAGES - 2 later groups pending); the
        barrier makes every thread's visible and frees the stage read in iteration s - 1 */
     asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2));
     __syncthreads();
     const int next = s + KF_STAGES - 1;
-    if (next < slices) {
-      load_a(next % KF_STAGES, next * BK);
-      load_b(next % KF_STAGES, next * BK);
-    }
+    if (next < slices) {{
+      load_a(next % KF_STAGES, {k0_next});
+      load_b(next % KF_STAGES, {k0_next});
+    }}
     asm volatile("cp.async.commit_group;");  /* an empty group past the end keeps the count */
     const int cur = s % KF_STAGES;
-#if KF_FRAG16
 """
+        + step
+        + "  }\n"
+    )
+
+
+_MAIN_LOOP = pipelined_main_loop(
+    "(K + BK - 1) / BK",
+    "{s} * BK",
+    r"""#define KF_A_FRAG(k, r) As[cur][r][k]
+#if KF_NHWC
+#define KF_B_FRAG(k, c) Bs[cur][c][k]
+#else
+#define KF_B_FRAG(k, c) Bs[cur][k][c]
+#endif
+""",
+    "#if KF_FRAG16\n"
     + TC_STEP_K16
     + "#elif KF_FRAG_LDSM\n"
     + TC_STEP_LDSM
     + "#else\n"
     + TC_STEP
-    + r"""#endif
-  }
-"""
+    + "#endif\n",
 )
 
 
@@ -758,7 +771,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         lines += [(_OPEN + _COPIES).rstrip("\n"), spans.span_defines(plan).rstrip("\n")]
         lines += [_first_pixel(plan, _KERNEL_OPEN).rstrip("\n"), "#if KF_SPAN"]
         lines += [spans.span_prologue(plan).rstrip("\n"), spans.span_loads(plan).rstrip("\n")]
-        lines += [spans.span_main_loop(TC_STEP).rstrip("\n"), "#else  /* gathers */"]
+        span_step = TC_STEP.replace("k8 < BK", "k8 < KF_SK")  # a stage's k: every tap of 8 channels
+        span_loop = pipelined_main_loop(spans.SLICES, "{s}", spans.FRAGMENTS, span_step)
+        lines += [span_loop.rstrip("\n"), "#else  /* gathers */"]
         lines += [prologue, loads, _MAIN_LOOP.rstrip("\n"), "#endif"]
     else:
         lines += [_open(plan).rstrip("\n"), prologue, loads, _MAIN_LOOP.rstrip("\n")]

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
+from kernelfoundry.generators.heuristic.cuda_conv_strip import SMEM_LIMIT
 
-SMEM_LIMIT = 232448  # bytes of dynamic shared memory a Hopper block may take
 CHANNELS = 8  # input channels a stage: one k8 step a tap
 
 
@@ -162,34 +162,9 @@ def span_loads(plan: ConvPlan) -> str:
 """
 
 
-def span_main_loop(step: str) -> str:
-    """The channel slices through KF_STAGES stages, as the gathering kernel's main loop; `step` is the
-    tensor-core step (TC_STEP) over the stage's KF_SK k."""
-    return (
-        r"""
-  /* slice s (8 input channels at every tap) lives in stage s % KF_STAGES */
-  const int slices = (int)((cig + 7) / 8);
-  #pragma unroll
-  for (int s = 0; s < KF_STAGES - 1; ++s) {
-    if (s < slices) {
-      load_a(s, s);
-      load_b(s, s);
-    }
-    asm volatile("cp.async.commit_group;");
-  }
-#define KF_A_FRAG(k, r) As[cur][r][k]
-#define KF_B_FRAG(k, c) Bs[cur][(k) % 8][(c) * KF_SW + (k) / 8 * KF_DW + shift]
-  for (int s = 0; s < slices; ++s) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2));
-    __syncthreads();
-    const int next = s + KF_STAGES - 1;
-    if (next < slices) {
-      load_a(next % KF_STAGES, next);
-      load_b(next % KF_STAGES, next);
-    }
-    asm volatile("cp.async.commit_group;");
-    const int cur = s % KF_STAGES;
+# The main loop's (cuda_conv.pipelined_main_loop) slices, 8 input channels at every tap each, and its
+# fragments: A's (tap, channel) rows, B read from the spans at the pixel's stride and the tap's dilation
+SLICES = f"(int)((cig + {CHANNELS - 1}) / {CHANNELS})"
+FRAGMENTS = f"""#define KF_A_FRAG(k, r) As[cur][r][k]
+#define KF_B_FRAG(k, c) Bs[cur][(k) % {CHANNELS}][(c) * KF_SW + (k) / {CHANNELS} * KF_DW + shift]
 """
-        + step.replace("k8 < BK", "k8 < KF_SK")
-        + "  }\n"
-    )
