@@ -120,7 +120,8 @@ class Binding:
     model: Any = None  # the glue's ModelNew instance
     draws: Any = None  # drawn sets: the task's module and shape, to draw from the judge's seeds
     seeds: list[int] = field(default_factory=list)  # drawn sets: the seed each set's values came from
-    # drawn sets: each set's tensors' content digests as drawn (the intact-inputs check of a large set)
+    # drawn sets: each set's tensors' content digests as drawn, kept current for sets of LARGE_DRAW_BYTES
+    # or more (their intact-inputs check)
     digests: list[list[int]] = field(default_factory=list)
     lent_outputs: list[Any] = field(default_factory=list)  # views of the judge's lent device memory
 
@@ -239,9 +240,7 @@ class Runner:
         if draw:
             draws, sets, seeds = self._draw_sets(draw, command["sets"])
             digests = [[comparison.content_digest(v) for v in s if hasattr(v, "data_ptr")] for s in sets]
-            binding = Binding(
-                [], sets, [], host_outputs, outputs, draws=draws, seeds=seeds, digests=[*digests]
-            )
+            binding = Binding([], sets, [], host_outputs, outputs, draws=draws, seeds=seeds, digests=digests)
         else:
             sets = [[place(v) if hasattr(v, "data_ptr") else v for v in s] for s in host_sets]
             binding = Binding(host_sets, sets, [], host_outputs, outputs)
@@ -325,10 +324,10 @@ class Runner:
                 if hasattr(placed, "data_ptr"):
                     placed.copy_(value)
         binding.seeds[index] = seed
-        if index < len(binding.digests):
+        drawn_bytes = sum(v.numel() * v.element_size() for v in fresh if hasattr(v, "data_ptr"))
+        if drawn_bytes >= LARGE_DRAW_BYTES:  # what its intact-inputs check compares
             binding.digests[index] = [comparison.content_digest(v) for v in fresh if hasattr(v, "data_ptr")]
         self.device.synchronize()
-        drawn_bytes = sum(v.numel() * v.element_size() for v in fresh if hasattr(v, "data_ptr"))
         del fresh
         if drawn_bytes >= LARGE_DRAW_BYTES:  # the fresh copy's memory back to the driver (see _bind)
             self.device.release_memory()
@@ -444,14 +443,12 @@ class Runner:
             binding.draws is not None
             and sum(v.numel() * v.element_size() for v in tensors) >= LARGE_DRAW_BYTES
         ):
-            if index < len(binding.digests):
-                now = [comparison.content_digest(v) for v in tensors]
-                for i, (digest, drawn) in enumerate(zip(now, binding.digests[index], strict=True)):
-                    if digest != drawn:
-                        raise EvaluationFailure(
-                            reasons.INPUT_MODIFIED,
-                            f"input {i} was modified by the candidate (its digest changed)",
-                        )
+            for i, (placed, drawn) in enumerate(zip(tensors, binding.digests[index], strict=True)):
+                if comparison.content_digest(placed) != drawn:
+                    raise EvaluationFailure(
+                        reasons.INPUT_MODIFIED,
+                        f"input {i} was modified by the candidate (its digest changed)",
+                    )
             return
         originals = (
             self._drawn(binding.draws, binding.seeds[index])
