@@ -103,6 +103,9 @@ CONVS = {  # name: (module, forward expression, input shape)
         "torch.relu(self.conv(x))",
         "2, 10, 64",
     ),
+    # a pointwise conv's flattened planes as the span's rows: 105 values (4-byte copies), two groups
+    # (pointwise_tail above: planes of 256, 16-byte copies)
+    "3d_pointwise_span": ("nn.Conv3d(10, 12, 1, groups=2)", "torch.relu(self.conv(x))", "2, 10, 3, 5, 7"),
     # a conv after a depthwise conv (cuda_conv_chain.py): strided, and a dilated 1-D one with a tail
     "chain_2d": (
         "nn.Sequential(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), nn.Conv2d(8, 20, 1))",

@@ -361,13 +361,23 @@ def test_the_warpgroup_conv_reads_a_row_strip_where_its_tiles_fill_the_rows(
         # a strided transposed conv is phased; a 2-D conv's pixels read no one span
         ("nn.ConvTranspose1d(16, 8, 3, stride=2)", "2, 16, 64", False),
         ("nn.Conv2d(16, 8, 3)", "2, 16, 20, 20", False),
+        # pointwise convs of any dimension read their flattened planes as 1-D (level1/87's shape)...
+        ("nn.Conv2d(64, 128, 1, bias=False)", "2, 64, 32, 32", True),
+        ("nn.Conv3d(10, 12, 1, groups=2)", "2, 10, 3, 5, 7", True),
+        ("nn.ConvTranspose2d(16, 8, 1)", "2, 16, 9, 9", True),
+        # ...but not strided or padded ones (their pixels skip or pass the input's)
+        ("nn.Conv2d(16, 8, 1, stride=2)", "2, 16, 20, 20", False),
+        ("nn.Conv2d(16, 8, 1, padding=1)", "2, 16, 20, 20", False),
     ],
 )
-def test_a_1d_conv_read_in_ncl_copies_one_input_span_a_channel(module: str, shape: str, span: bool) -> None:
-    """KF_SPAN (cuda_conv_span.py) is declared, on by default, in the NCL unit of a 1-D conv whose pixels
-    read one span of each channel: forward, or transposed of stride 1. Its B fragments are read from
-    the span at the pixel's stride and the tap's dilation; the span is copied 16 bytes at a time where
-    the input's rows are 16-byte aligned (`a_vec` in span mode)."""
+def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
+    module: str, shape: str, span: bool
+) -> None:
+    """KF_SPAN (cuda_conv_span.py) is declared, on by default, in the NCL / NCHW unit of a conv whose
+    pixels read one span of each channel: a 1-D conv, forward or transposed of stride 1, or a pointwise
+    conv of any dimension (its planes flattened). Its B fragments are read from the span at the pixel's
+    stride and the tap's dilation; the span is copied 16 bytes at a time where the input's planes are
+    16-byte aligned (`a_vec` in span mode)."""
     (unit,) = [c.source for c in family(conv_task(module, shape)) if parse_variant(c.source.code).tf32]
     declared = {t.name: (t.values, t.default) for t in unit.tunables}
     if not span:
@@ -380,7 +390,8 @@ def test_a_1d_conv_read_in_ncl_copies_one_input_span_a_channel(module: str, shap
     assert code.index("#if KF_SPAN") < code.index("#else  /* gathers */")
     assert "#define KF_B_FRAG(k, c) Bs[cur][(k) % 8][(c) * KF_SW + (k) / 8 * KF_DW + shift]" in code
     assert "for (int k8 = 0; k8 < KF_SK; k8 += 8)" in code
-    assert "const int a_vec = IW % 4 == 0 && ((uintptr_t)X) % 16 == 0;" in code
+    assert "const int a_vec = (ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0;" in code
+    assert "const int plane = geo.ID * geo.IH * geo.IW;" in code
     if "Transpose" in module:  # the taps reversed: the filters of tap KW - 1 - tap, the span from the last
         assert "(KF_KW - 1 - tap)" in code and "n0 + KF_PW - (KF_KW - 1) * KF_DW" in code
 

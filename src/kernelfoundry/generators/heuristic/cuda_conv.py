@@ -733,7 +733,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if strip:  # the row strip (cuda_conv_strip.py): swept
         tunables.append(f"// @kf.tunable KF_WG_STRIP in [0, 1] default {int(strip_on)}")
         defaults["KF_WG_STRIP"] = int(strip_on)
-    if span:  # the input span of a 1-D conv read in NCL (cuda_conv_span.py): swept
+    if span:  # the input span of a 1-D or pointwise conv read in NCL / NCHW (cuda_conv_span.py): swept
         tunables.append("// @kf.tunable KF_SPAN in [0, 1] default 1")
         defaults["KF_SPAN"] = 1
     lines = [*header, variant.line(), *tunables]
@@ -824,9 +824,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         w("  const int vec_out = P % 4 == 0 && ((uintptr_t)O) % 16 == 0;")
     contiguous = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"
     contiguous = "1" if nhwc else contiguous
-    if span:  # the span copies the input 16 bytes at a time where its rows are 16-byte aligned
+    if span:  # the span copies the input 16 bytes at a time where its rows (planes) are 16-byte aligned
         w("#if KF_SPAN")
-        w("  const int a_vec = IW % 4 == 0 && ((uintptr_t)X) % 16 == 0;  /* 16-byte input copies */")
+        w("  const int a_vec = (ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0;  /* 16-byte copies */")
         w("#else")
     w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
     if span:

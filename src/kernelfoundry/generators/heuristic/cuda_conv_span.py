@@ -1,5 +1,5 @@
-"""The mma.sync conv's input-span main loop for 1-D convs read in NCL: one contiguous span of input a
-channel, read by every tap and every pixel of the block.
+"""The mma.sync conv's input-span main loop for 1-D convs read in NCL, and pointwise convs read in NCHW:
+one contiguous span of input a channel, read by every tap and every pixel of the block.
 
 The gathering kernel (cuda_conv.py) copies the im2col matrix element by element: one 4-byte copy per (k
 row, pixel), each with its own decode and bounds check, and a 1-D conv of stride 3 (level1/76) has a
@@ -21,6 +21,12 @@ distinct banks (S odd or 1), or as few twice as the stride allows.
 So the input is read once from DRAM, as the channels-last path's conversion reads it, and never written
 again; the output is written in NCL by the mma.sync kernel's epilogue. Tunable KF_SPAN (1 where it
 applies); the stages shrink to those that fit in shared memory. Pure string building.
+
+A pointwise conv of any dimension (one tap, stride 1, no padding: level1/87) is the same 1-D conv over
+its flattened planes: output pixel p reads input position p of every channel, so a block's pixels read
+one span of BN values a channel. Its gather copies them 4 bytes a (k row, pixel), with a decode and
+bounds check each; the span copies them 16 bytes at a time. The kernel reads rows of
+`plane` = ID * IH * IW values (IW alone in 1-D).
 """
 
 from __future__ import annotations
@@ -32,11 +38,18 @@ from kernelfoundry.generators.heuristic.cuda_conv_strip import SMEM_LIMIT
 CHANNELS = 8  # input channels a stage: one k8 step a tap
 
 
+def pointwise(plan: ConvPlan) -> bool:
+    """One tap, stride 1, no padding on every axis: output pixel p reads input position p of each
+    channel, whatever the dimension."""
+    unit = (plan.kernel, plan.stride, plan.padding, plan.output_padding)
+    return unit == ((1, 1, 1), (1, 1, 1), (0, 0, 0), (0, 0, 0))
+
+
 def span_applies(plan: ConvPlan) -> bool:
-    """A 1-D conv whose output pixels read their input as one span: forward (any stride, padding,
-    dilation, groups) or transposed of stride 1, and two stages of the widest tile (128 output channels
-    a block, 256 pixels) fit in shared memory."""
-    if plan.dims != 1 or phases.phased(plan):
+    """A 1-D conv whose output pixels read their input as one span, forward (any stride, padding,
+    dilation, groups) or transposed of stride 1, or a pointwise conv of any dimension; and two stages of
+    the widest tile (128 output channels a block, 256 pixels) fit in shared memory."""
+    if (plan.dims != 1 and not pointwise(plan)) or phases.phased(plan):
         return False
     if plan.transposed and plan.stride[2] != 1:
         return False
@@ -112,7 +125,8 @@ def span_prologue(plan: ConvPlan) -> str:
     return rf"""
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
-  W += (image * geo.CI + group * cig) * (int64_t)geo.IW;  /* the group's input rows */
+  const int plane = geo.ID * geo.IH * geo.IW;  /* a channel's row: IW in 1-D (fits an int: checked) */
+  W += (image * geo.CI + group * cig) * (int64_t)plane;  /* the group's input rows */
   X += group * (int64_t)M * K;  /* its filters */
   out += (image * KF_GROUPS + group) * (int64_t)M * N;  /* its output: M channels of P pixels */
   const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
@@ -147,13 +161,13 @@ def span_loads(plan: ConvPlan) -> str:
       const int e = tid + l * 256, c = e / quads, p = a0 + e % quads * 4, ci = s * {CHANNELS} + c;
       if (e >= {CHANNELS} * quads) break;
       float* dst = &Bs[st][c][e % quads * 4];
-      const float* row = W + (int64_t)(ci < cig ? ci : 0) * geo.IW;
-      if (span_vec && p >= 0 && p + 4 <= geo.IW) {{
+      const float* row = W + (int64_t)(ci < cig ? ci : 0) * plane;
+      if (span_vec && p >= 0 && p + 4 <= plane) {{
         kf_cp16(dst, ci < cig ? row + p : W, ci < cig);
       }} else {{
         #pragma unroll
         for (int i = 0; i < 4; ++i) {{
-          const bool ok = ci < cig && (unsigned)(p + i) < (unsigned)geo.IW;
+          const bool ok = ci < cig && (unsigned)(p + i) < (unsigned)plane;
           kf_cp4(dst + i, ok ? row + p + i : W, ok);
         }}
       }}
