@@ -34,8 +34,11 @@ SI_ADDR_OFFSET = 16  # siginfo_t.si_addr on Linux (after si_signo, si_errno, si_
 # If reporting a fault ever hangs (the fault interrupted a lock the interpreter then needs), the
 # process dies of SIGALRM this much later instead of waiting for the judge's deadline.
 FAULT_REPORT_S = 2
-# A refreshed set this large has its fresh draw's memory handed back to the driver at once (_redraw).
-LARGE_DRAW_BYTES = 1 << 30
+# From this size on, the runner keeps a tensor's content digest where it kept a copy: a drawn set's
+# intact-inputs check compares its digests as drawn (a refresh hands its fresh draw's memory back to the
+# driver at once, _redraw), and a trial's outputs read on the stream are digested there, not cloned
+# (6.4 GB each on level1/19_ReLU, beside the judge on an 80 GB card).
+LARGE_BYTES = 1 << 30
 
 
 class _SigAction(ctypes.Structure):
@@ -120,7 +123,7 @@ class Binding:
     model: Any = None  # the glue's ModelNew instance
     draws: Any = None  # drawn sets: the task's module and shape, to draw from the judge's seeds
     seeds: list[int] = field(default_factory=list)  # drawn sets: the seed each set's values came from
-    # drawn sets: each set's tensors' content digests as drawn, kept current for sets of LARGE_DRAW_BYTES
+    # drawn sets: each set's tensors' content digests as drawn, kept current for sets of LARGE_BYTES
     # or more (their intact-inputs check)
     digests: list[list[int]] = field(default_factory=list)
     lent_outputs: list[Any] = field(default_factory=list)  # views of the judge's lent device memory
@@ -325,11 +328,11 @@ class Runner:
                     placed.copy_(value)
         binding.seeds[index] = seed
         drawn_bytes = sum(v.numel() * v.element_size() for v in fresh if hasattr(v, "data_ptr"))
-        if drawn_bytes >= LARGE_DRAW_BYTES:  # what its intact-inputs check compares
+        if drawn_bytes >= LARGE_BYTES:  # what its intact-inputs check compares
             binding.digests[index] = [comparison.content_digest(v) for v in fresh if hasattr(v, "data_ptr")]
         self.device.synchronize()
         del fresh
-        if drawn_bytes >= LARGE_DRAW_BYTES:  # the fresh copy's memory back to the driver (see _bind)
+        if drawn_bytes >= LARGE_BYTES:  # the fresh copy's memory back to the driver (see _bind)
             self.device.release_memory()
 
     def _build_model(self, init_inputs: list[Any], host_params: dict[str, Any]) -> Any:
@@ -399,7 +402,7 @@ class Runner:
         def run() -> Any:
             result = self._invoke(binding, index, trial)
             if trial and self.staged:  # read on the stream, before the device-wide synchronise
-                snapshots.extend(o.clone() for o in (result if result is not None else binding.outputs))
+                snapshots.extend(_snapshot(o) for o in (result if result is not None else binding.outputs))
             return result
 
         with self.device.on_stream():
@@ -418,7 +421,7 @@ class Runner:
             self._check_inputs_intact(binding, index)
         if snapshots:
             got = result if result is not None else binding.outputs
-            if not all(comparison.bitwise_equal(s, o) for s, o in zip(snapshots, got, strict=True)):
+            if not all(_unchanged(s, o) for s, o in zip(snapshots, got, strict=True)):
                 raise EvaluationFailure(
                     reasons.ASYNC_SIDE_STREAM,
                     "an output changed after the call returned: work was still running outside the given "
@@ -433,16 +436,13 @@ class Runner:
 
     def _check_inputs_intact(self, binding: Binding, index: int) -> None:
         """Staged memory: the device copies of this set's inputs still equal the judge's staging (slice
-        by slice), or a new draw from their seed; a drawn set of LARGE_DRAW_BYTES or more keeps its
+        by slice), or a new draw from their seed; a drawn set of LARGE_BYTES or more keeps its
         digests as drawn instead (a redraw took the set's size again in device memory, 6.4 GB beside
         level1/19's judge on an 80 GB card). A diagnostic the judge does not rely on: its own copies are
         out of the runner's reach anyway."""
         placed_set = binding.sets[index]
         tensors = [v for v in placed_set if hasattr(v, "data_ptr")]
-        if (
-            binding.draws is not None
-            and sum(v.numel() * v.element_size() for v in tensors) >= LARGE_DRAW_BYTES
-        ):
+        if binding.draws is not None and sum(v.numel() * v.element_size() for v in tensors) >= LARGE_BYTES:
             for i, (placed, drawn) in enumerate(zip(tensors, binding.digests[index], strict=True)):
                 if comparison.content_digest(placed) != drawn:
                     raise EvaluationFailure(
@@ -586,3 +586,20 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _large(tensor: Any) -> bool:
+    return tensor.numel() * tensor.element_size() >= LARGE_BYTES
+
+
+def _snapshot(output: Any) -> Any:
+    """What a trial keeps of an output as read on the stream: a copy, or from LARGE_BYTES its digest's
+    sums, queued on the stream as the copy would be."""
+    return comparison.digest_sums(output) if _large(output) else output.clone()
+
+
+def _unchanged(snapshot: Any, output: Any) -> bool:
+    """The output after the device-wide synchronise still equals what was read on the stream."""
+    if _large(output):
+        return bool(comparison.digest_sums(output).equal(snapshot))
+    return comparison.bitwise_equal(snapshot, output)

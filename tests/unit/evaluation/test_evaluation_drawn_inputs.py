@@ -73,13 +73,13 @@ def test_a_refresh_writes_the_new_seeds_values_in_place_and_a_change_is_noticed(
 
 
 def test_a_large_drawn_set_is_checked_by_its_digests_as_drawn_without_a_redraw(monkeypatch) -> None:
-    """A drawn set of LARGE_DRAW_BYTES or more is not drawn again to be compared (that took the set's
+    """A drawn set of LARGE_BYTES or more is not drawn again to be compared (that took the set's
     size again in device memory): its tensors' digests, kept from the draw and from every refresh,
     must still match."""
     from kernelfoundry.evaluation import runner as runner_module
     from kernelfoundry.evaluation.runner import Binding
 
-    monkeypatch.setattr(runner_module, "LARGE_DRAW_BYTES", 0)
+    monkeypatch.setattr(runner_module, "LARGE_BYTES", 0)
     runner, drawn = bound_runner(SOURCE, [31, 32], [[TENSOR, TENSOR], [TENSOR, TENSOR]])
     digests = [[comparison.content_digest(v) for v in s] for s in drawn["sets"]]
     binding = Binding(
