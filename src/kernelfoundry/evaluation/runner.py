@@ -129,6 +129,23 @@ class Binding:
     lent_outputs: list[Any] = field(default_factory=list)  # views of the judge's lent device memory
 
 
+def _large(tensor: Any) -> bool:
+    return tensor.numel() * tensor.element_size() >= LARGE_BYTES
+
+
+def _snapshot(output: Any) -> Any:
+    """What a trial keeps of an output as read on the stream: a copy, or from LARGE_BYTES its digest's
+    sums, queued on the stream as the copy would be."""
+    return comparison.digest_sums(output) if _large(output) else output.clone()
+
+
+def _unchanged(snapshot: Any, output: Any) -> bool:
+    """The output after the device-wide synchronise still equals what was read on the stream."""
+    if _large(output):
+        return bool(comparison.digest_sums(output).equal(snapshot))
+    return comparison.bitwise_equal(snapshot, output)
+
+
 class Runner:
     """Command handlers; each returns the reply's fields (kind included)."""
 
@@ -586,20 +603,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _large(tensor: Any) -> bool:
-    return tensor.numel() * tensor.element_size() >= LARGE_BYTES
-
-
-def _snapshot(output: Any) -> Any:
-    """What a trial keeps of an output as read on the stream: a copy, or from LARGE_BYTES its digest's
-    sums, queued on the stream as the copy would be."""
-    return comparison.digest_sums(output) if _large(output) else output.clone()
-
-
-def _unchanged(snapshot: Any, output: Any) -> bool:
-    """The output after the device-wide synchronise still equals what was read on the stream."""
-    if _large(output):
-        return bool(comparison.digest_sums(output).equal(snapshot))
-    return comparison.bitwise_equal(snapshot, output)
