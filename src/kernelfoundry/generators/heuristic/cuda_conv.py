@@ -699,10 +699,11 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # convs of 128 output channels on the H100, bench/results/h100_2026-12-06/
         wn, blocks = 4, 2
     span = not nhwc and spans.span_applies(plan)
-    if span and bm == 128:
-        # the same shape for the input span (113-124 registers at either precision): a block's epilogue
-        # then overlaps the other's copies (unmeasured: the probe prepared compares it with 128 x 256)
-        wn, blocks = 4, 2
+    # the span by default where a block holds at most 64 output channels: on the H100 it beat the
+    # gather by 34% on level1/74 (64 channels), and lost to it by 2-21% at 128 channels a block (76, 67,
+    # 64, 87) with either tile, 128 x 128 in two blocks an SM or 128 x 256 in one
+    # (bench/results/h100_2026-12-06f/, the thirty-seventh session); swept either way
+    span_on = span and bm < 128
     warpgroups = nhwc and variant.tf32  # the unit holds the warpgroup kernel beside the mma.sync one
     strip = warpgroups and strips.strip_applies(plan)
     strip_on = strip and strip_by_default(plan)
@@ -734,8 +735,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         tunables.append(f"// @kf.tunable KF_WG_STRIP in [0, 1] default {int(strip_on)}")
         defaults["KF_WG_STRIP"] = int(strip_on)
     if span:  # the input span of a 1-D or pointwise conv read in NCL / NCHW (cuda_conv_span.py): swept
-        tunables.append("// @kf.tunable KF_SPAN in [0, 1] default 1")
-        defaults["KF_SPAN"] = 1
+        tunables.append(f"// @kf.tunable KF_SPAN in [0, 1] default {int(span_on)}")
+        defaults["KF_SPAN"] = int(span_on)
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]

@@ -19,8 +19,9 @@ stride (`span_bank_residue`), so a warp's fragment reads of a k8 step (4 channel
 distinct banks (S odd or 1), or as few twice as the stride allows.
 
 So the input is read once from DRAM, as the channels-last path's conversion reads it, and never written
-again; the output is written in NCL by the mma.sync kernel's epilogue. Tunable KF_SPAN (1 where it
-applies); the stages shrink to those that fit in shared memory. Pure string building.
+again; the output is written in NCL by the mma.sync kernel's epilogue. Tunable KF_SPAN (1 by default
+where a block holds at most 64 output channels, cuda_conv.py); the stages shrink to those that fit in
+shared memory. Pure string building.
 
 A pointwise conv of any dimension (one tap, stride 1, no padding: level1/87) is the same 1-D conv over
 its flattened planes: output pixel p reads input position p of every channel, so a block's pixels read
