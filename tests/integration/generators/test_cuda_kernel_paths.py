@@ -644,7 +644,7 @@ def test_a_middle_dim_reduction_over_unaligned_rows_reads_realigned_float4s_in_w
 
     task, wide = wide_column_seeds(case)
     for kernel in wide:
-        lib = build_emulated(kernel.code, tmp_path, {"KF_WCOLS_MIN_BLOCKS": min_blocks})
+        lib = build_emulated(kernel.code, tmp_path, {"KF_WCOLS": 1, "KF_WCOLS_MIN_BLOCKS": min_blocks})
         got, expected = run(task, kernel, lib)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
@@ -660,7 +660,7 @@ def test_a_middle_dim_reduction_over_unaligned_rows_in_wide_tiles_on_the_gpu(
 
     task, wide = wide_column_seeds(case)
     for kernel in wide:
-        lib = build_unit(kernel, tmp_path, {"KF_WCOLS_MIN_BLOCKS": min_blocks})
+        lib = build_unit(kernel, tmp_path, {"KF_WCOLS": 1, "KF_WCOLS_MIN_BLOCKS": min_blocks})
         got, expected = run(task, kernel, lib, device="cuda")
         torch.cuda.synchronize()
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

@@ -29,9 +29,11 @@ TCOLS_TUNABLES = (f"// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default {TC
 # column tiles (`_wcols`) read each warp's 128 columns of a row as aligned float4s, realigned by warp
 # shuffles (kf_realign4), in tiles of 1024 / RG columns (RG row groups a 256-thread block), so only the
 # tiles' edges share sectors. `KF_WCOLS` 0 keeps the narrow tiles; a launch takes them where fewer than
-# KF_WCOLS_MIN_BLOCKS blocks of 256 columns would run (two blocks an SM of the H100/H200's 132).
-WCOLS_TUNABLES = ("// @kf.tunable KF_WCOLS in [0, 1] default 1",)
-WCOLS_DEFAULTS = (("KF_WCOLS", 1), ("KF_WCOLS_MIN_BLOCKS", 264))
+# KF_WCOLS_MIN_BLOCKS blocks of 256 columns would run (two blocks an SM of the H100/H200's 132). Off by
+# default, swept: on the H100 the wide tiles lost 3-4% to the 64-column ones on level1/47, 49 and 53
+# (3.43 against 3.33 ms on 47; bench/results/h100_2026-12-06f/, the thirty-seventh session).
+WCOLS_TUNABLES = ("// @kf.tunable KF_WCOLS in [0, 1] default 0",)
+WCOLS_DEFAULTS = (("KF_WCOLS", 0), ("KF_WCOLS_MIN_BLOCKS", 264))
 
 REALIGN4 = r"""
 /* The aligned float4 at p where it starts before `end`, zeros after: a float4 that starts inside the
