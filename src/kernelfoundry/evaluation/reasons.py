@@ -87,7 +87,9 @@ class EvaluationFailure(Exception):
 
 
 def classify_exception(exc: BaseException, where: str) -> EvaluationFailure:
-    """A device error's text picks its reason; anything else raised by candidate code is a glue error."""
+    """A device error's text picks its reason; anything else raised by candidate code is a glue error,
+    its message naming the line that raised it: the candidate's glue, torch, or the evaluator's own code
+    (a NameError of the runner's once failed every CUDA candidate as "the candidate raised NameError")."""
     if isinstance(exc, EvaluationFailure):
         return exc
     text = f"{type(exc).__name__}: {exc}"
@@ -96,7 +98,23 @@ def classify_exception(exc: BaseException, where: str) -> EvaluationFailure:
         return EvaluationFailure(ILLEGAL_ADDRESS, f"{where}: {text}")
     if "cuda error" in lowered or "acceleratorerror" in lowered or "cudaerror" in lowered:
         return EvaluationFailure(DEVICE_ERROR, f"{where}: {text}")
-    return EvaluationFailure(GLUE_ERROR, f"{where} raised {text}")
+    at = raised_at(exc)
+    return EvaluationFailure(GLUE_ERROR, f"{where} raised {text}" + (f" (at {at})" if at else ""))
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where `exc` was raised: the innermost frame of its traceback as `path:line in function`, the path
+    from its package on (kernelfoundry/..., torch/...) or the file's name; "" without a traceback."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    parts = code.co_filename.replace("\\", "/").split("/")
+    packages = [i for i, part in enumerate(parts[:-1]) if part in ("kernelfoundry", "torch")]
+    package = packages[-1] if packages else len(parts) - 1
+    return f"{'/'.join(parts[package:])}:{tb.tb_lineno} in {code.co_name}"
 
 
 def is_out_of_memory(exc: BaseException | None) -> bool:

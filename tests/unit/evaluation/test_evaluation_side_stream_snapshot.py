@@ -101,3 +101,22 @@ def test_the_digest_sums_differ_where_the_bytes_do_and_fold_into_the_content_dig
         assert not comparison.digest_sums(changed).equal(sums)
     assert comparison.digest_sums(torch.empty(0)).shape == (0, 2)
     assert comparison.content_digest(torch.empty(0)) == 0
+
+
+def test_an_exception_of_the_evaluators_own_code_names_where_it_was_raised() -> None:
+    """A glue error's message names the line that raised it, so an error in the runner's own code (its
+    name undefined when run as a script) is not read as every candidate's."""
+
+    def call_a_helper_missing_at_run_time() -> None:
+        raise NameError("name '_snapshot' is not defined")
+
+    try:
+        call_a_helper_missing_at_run_time()
+    except NameError as exc:
+        failure = reasons.classify_exception(exc, "the candidate")
+    assert failure.reason == reasons.GLUE_ERROR
+    assert failure.message.startswith("the candidate raised NameError: name '_snapshot' is not defined (at ")
+    assert "test_evaluation_side_stream_snapshot.py:" in failure.message
+    assert failure.message.endswith(" in call_a_helper_missing_at_run_time)")
+    bare = reasons.classify_exception(ValueError("no traceback"), "the candidate")
+    assert bare.message == "the candidate raised ValueError: no traceback"
