@@ -227,12 +227,30 @@ def test_a_transposed_conv_through_channels_last_reads_its_filters_by_input_chan
     )
 
 
-def test_a_pointwise_conv_keeps_the_nchw_gather_first() -> None:
-    # a 1x1 conv of stride 1 reads each k row's pixels contiguously in NCHW; the NHWC copy would only
-    # add the input's bytes twice to a memory-bound conv: its channels-last seeds come after
-    found = seeds(conv_task("nn.Conv2d(8, 16, 1)", "2, 8, 13, 11"))
-    order = [(v.tf32, v.channels_last) for c in found[:4] if (v := parse_variant(c.source.code)) and v.gemm]
-    assert order == [(True, False), (False, False), (True, True), (False, True)]
+NCHW_FIRST = [(True, False), (False, False), (True, True), (False, True)]
+CHANNELS_LAST_FIRST = [(True, True), (False, True), (True, False), (False, False)]
+
+
+@pytest.mark.parametrize(
+    ("module", "shape", "order"),
+    [
+        # a 1x1 conv of stride 1 reads each k row's pixels contiguously in NCHW; the NHWC copy would only
+        # add the input's bytes twice to a memory-bound conv: its channels-last seeds come after
+        ("nn.Conv2d(8, 16, 1)", "2, 8, 13, 11", NCHW_FIRST),
+        # a 1-D conv whose input holds more values than its output (level1/76's shape, shorter): the
+        # copy would cost more than the conv's own reads and writes
+        ("nn.Conv1d(64, 128, 3, stride=3, dilation=4, bias=False)", "2, 64, 4000", NCHW_FIRST),
+        # the same conv at stride 1 (its output the larger), and a 2-D strided conv: channels-last leads
+        ("nn.Conv1d(64, 128, 3, dilation=4, bias=False)", "2, 64, 4000", CHANNELS_LAST_FIRST),
+        ("nn.Conv2d(64, 16, 3, stride=2)", "2, 64, 21, 21", CHANNELS_LAST_FIRST),
+    ],
+)
+def test_the_nchw_seeds_lead_where_the_channels_last_copy_costs_more_than_it_saves(
+    module: str, shape: str, order: list[tuple[bool, bool]]
+) -> None:
+    found = seeds(conv_task(module, shape))
+    got = [(v.tf32, v.channels_last) for c in found[:4] if (v := parse_variant(c.source.code)) and v.gemm]
+    assert got == order
 
 
 def test_the_channels_last_tf32_conv_of_128_rows_takes_two_blocks_of_128_by_128_tiles() -> None:

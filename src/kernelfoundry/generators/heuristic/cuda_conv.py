@@ -78,6 +78,19 @@ def channels_last_operands_apply(graph: Graph, plan: ConvPlan) -> bool:
     return groups_channels > 0 and groups_channels % 4 == 0
 
 
+def nchw_leads(graph: Graph, plan: ConvPlan) -> bool:
+    """Whether the NCHW seeds come before the channels-last ones: where the NHWC copy of the input would
+    cost more than it saves. A 1x1 conv of stride 1 reads each k row's pixels contiguously in NCHW
+    already, and the copy would add the input's bytes twice to a memory-bound conv. A 1-D conv whose
+    input holds more values than its output (strided: level1/76, stride 3) would spend more on the copy
+    than on the conv's own reads and writes; there the NCL gather ran 9.66 ms on the H100 against 16.36
+    for the channels-last seed and eager's 12.39, while on 67, 64 and 74 (inputs of half to one output)
+    the channels-last seed led (bench/results/h100_2026-12-07/)."""
+    pointwise = plan.kernel == (1, 1, 1) and plan.stride == (1, 1, 1) and not plan.transposed
+    values_in = math.prod(int(d) for d in graph.shapes[plan.x])
+    return pointwise or (plan.dims == 1 and values_in > math.prod(int(d) for d in plan.conv.shape))
+
+
 def _block_rows(plan: ConvPlan) -> int:
     """BM's default: the fewest of 32, 64 and 128 output channels a block that hold a group's (no wasted
     rows where a group has at most 32 or 64)."""

@@ -40,7 +40,7 @@ from kernelfoundry.generators.heuristic.candidate import (
 )
 from kernelfoundry.generators.heuristic.cpu_conv import conv_applies, conv_plan
 from kernelfoundry.generators.heuristic.cpu_gemm import gemm_applies, gemm_plan
-from kernelfoundry.generators.heuristic.cuda_conv import channels_last_operands_apply
+from kernelfoundry.generators.heuristic.cuda_conv import channels_last_operands_apply, nchw_leads
 from kernelfoundry.generators.heuristic.cuda_conv_chain import conv_family_applies, cuda_conv_target
 from kernelfoundry.generators.heuristic.cuda_gemm import cuda_gemm_applies, cuda_gemm_plan
 from kernelfoundry.generators.heuristic.entry import reduce_range
@@ -210,15 +210,14 @@ def cuda_seeds(
         if channels_last_operands_apply(conv_graph, conv):
             # 16-byte operand copies from an NHWC copy of the input lead, at each precision (where
             # cuDNN runs the conv in float32, eager's error 1e-6, only 3xTF32 passes: it comes second);
-            # not for a 1x1 conv of stride 1: its NCHW gather reads each k row's pixels contiguously
-            # already, and the copy would add the input's bytes twice to a memory-bound conv
+            # not where the copy costs more than it saves (nchw_leads: 1x1 convs, strided 1-D ones)
             nhwc = ", the input read in channels-last"
             channels_last = [
                 (tf32.with_(channels_last=True), tf32_why + nhwc + tail),
                 (exact.with_(channels_last=True), exact_why + nhwc + tail),
             ]
-            pointwise = conv.kernel == (1, 1, 1) and conv.stride == (1, 1, 1) and not conv.transposed
-            family = [*family, *channels_last] if pointwise else [*channels_last, *family]
+            nchw_first = nchw_leads(conv_graph, conv)
+            family = [*family, *channels_last] if nchw_first else [*channels_last, *family]
         # a bare conv leads with the family: the alternative is the direct op kernel, one thread an
         # output; a conv with a tail keeps cuDNN's conv and the fused tail first
         seeds = [*family, *seeds] if conv.step is None else [*seeds, *family]
