@@ -394,9 +394,9 @@ def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
     """KF_SPAN (cuda_conv_span.py) is declared in the NCL / NCHW unit of a conv whose pixels read one span
     of each channel: a 1-D conv, forward or transposed of stride 1, or a pointwise conv of any dimension
     (its planes flattened); on by default where a block holds at most 64 output channels, off at 128
-    (the gather's own tile then). Its B fragments are read from the span at the pixel's stride and the
-    tap's dilation; the span is copied 16 bytes at a time where the input's planes are 16-byte aligned
-    (`a_vec` in span mode)."""
+    (two blocks an SM of 128 x 128 tiles either way). Its B fragments are read from the span at the
+    pixel's stride and the tap's dilation; the span is copied 16 bytes at a time where the input's planes
+    are 16-byte aligned (`a_vec` in span mode)."""
     (unit,) = [c.source for c in family(conv_task(module, shape)) if parse_variant(c.source.code).tf32]
     declared = {t.name: (t.values, t.default) for t in unit.tunables}
     if not span:
@@ -404,8 +404,8 @@ def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
         return
     wide = declared["BM"][1] == 128
     assert declared["KF_SPAN"] == ((0, 1), 0 if wide else 1)
-    if wide:  # the gather's tile: one block an SM of 128 x 256
-        assert (declared["KF_WN"][1], declared["KF_MIN_BLOCKS"][1]) == (8, 1)
+    if wide:  # two blocks an SM of 128 x 128 tiles, span or gather (as measured)
+        assert (declared["KF_WN"][1], declared["KF_MIN_BLOCKS"][1]) == (4, 2)
     code = unit.code
     assert code.index("#if KF_SPAN") < code.index("#else  /* gathers */")
     assert "#define KF_B_FRAG(k, c) Bs[cur][(k) % 8][(c) * KF_SW + (k) / 8 * KF_DW + shift]" in code
