@@ -31,7 +31,7 @@ TCOLS_TUNABLES = (f"// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default {TC
 # tiles' edges share sectors. `KF_WCOLS` 0 keeps the narrow tiles; a launch takes them where fewer than
 # KF_WCOLS_MIN_BLOCKS blocks of 256 columns would run (two blocks an SM of the H100/H200's 132). Off by
 # default, swept: on the H100 the wide tiles lost 3-4% to the 64-column ones on level1/47, 49 and 53
-# (3.43 against 3.33 ms on 47; bench/results/h100_2026-12-06f/, the thirty-seventh session).
+# (3.43 against 3.33 ms on 47; bench/results/h100_2026-12-07/).
 WCOLS_TUNABLES = ("// @kf.tunable KF_WCOLS in [0, 1] default 0",)
 WCOLS_DEFAULTS = (("KF_WCOLS", 0), ("KF_WCOLS_MIN_BLOCKS", 264))
 

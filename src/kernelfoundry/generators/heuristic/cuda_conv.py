@@ -715,11 +715,11 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     # the span by default where a block holds at most 64 output channels: on the H100 it beat the
     # gather by 34% on level1/74 (64 channels), and lost to it by 2-21% at 128 channels a block (76, 67,
     # 64, 87) with either tile, 128 x 128 in two blocks an SM or 128 x 256 in one
-    # (bench/results/h100_2026-12-06f/, the thirty-seventh session); swept either way
+    # (bench/results/h100_2026-12-07/); swept either way
     span_on = span and bm < 128
     if span and bm == 128:
         # the tile those units were measured with, span or gather: two blocks an SM of 128 x 128 (the
-        # gather ran 76 at 9.66 ms with it; the span lost 1-15% with one block of 128 x 256)
+        # gather ran 76 at 9.66 ms with it; one block of 128 x 256 slowed the span 5-15% on 76, 67, 87)
         wn, blocks = 4, 2
     warpgroups = nhwc and variant.tf32  # the unit holds the warpgroup kernel beside the mma.sync one
     strip = warpgroups and strips.strip_applies(plan)
