@@ -19,7 +19,15 @@ stride (`span_bank_residue`), so a warp's fragment reads of a k8 step (4 channel
 distinct banks (S odd or 1), or as few twice as the stride allows.
 
 So the input is read once from DRAM, as the channels-last path's conversion reads it, and never written
-again; the output is written in NCL by the mma.sync kernel's epilogue. Tunable KF_SPAN (1 by default
+again; the output is written in NCL by the mma.sync kernel's epilogue.
+
+A forward conv of an odd number of taps keeps a stage's filters in rows of (channel, tap)
+(`filters_by_channel`): a row's slice is then the filters' own contiguous run of 8 x taps values,
+copied 16 bytes at a time where the filters' rows allow (K % 4 == 0, aligned), a quarter of the 4-byte
+copies of (tap, channel) rows, which at 128 output channels a block were as many copies as the span's
+own. The fragment reads of a k8 step (one tap, channels tig and tig + 4, rows g) stay on 32 banks for odd
+tap counts; even ones would meet 2-4 times in a bank, so they (and transposed convs, whose filters run
+(CI, CO / G, taps)) keep the (tap, channel) rows. Tunable KF_SPAN (1 by default
 where a block holds at most 64 output channels, cuda_conv.py); the stages shrink to those that fit in
 shared memory. Pure string building.
 
@@ -55,6 +63,13 @@ def span_applies(plan: ConvPlan) -> bool:
     if plan.transposed and plan.stride[2] != 1:
         return False
     return 2 * stage_bytes(128, 256, plan.kernel[2], plan.stride[2], plan.dilation[2]) <= SMEM_LIMIT
+
+
+def filters_by_channel(plan: ConvPlan) -> bool:
+    """Whether a stage's filter rows run (channel, tap), each slice one contiguous run of the filters
+    (forward convs of an odd number of taps: their fragment reads stay on 32 banks), else (tap,
+    channel)."""
+    return not plan.transposed and plan.kernel[2] % 2 == 1
 
 
 def span_length(width: int, taps: int, stride: int, dilation: int) -> int:
@@ -133,7 +148,9 @@ def span_prologue(plan: ConvPlan) -> str:
   const int cbase = (int)(group * M);  /* its first output channel: bias and tail operands */
   const int start = {start};  /* the tile's first input position (may be negative: padding) */
   const int a0 = start - ((start % 4) + 4) % 4, shift = start - a0;  /* the copies' first, aligned */
-  const int span_vec = a_vec;  /* rows 16-byte aligned: the span copied 16 bytes at a time */
+  const int span_vec = a_vec & 1;  /* rows 16-byte aligned: the span copied 16 bytes at a time */
+  const int filter_vec = a_vec >> 1;  /* K % 4 == 0, aligned: (channel, tap) filter rows 16 bytes a copy */
+  (void)filter_vec;
 """
 
 
@@ -142,11 +159,36 @@ def span_loads(plan: ConvPlan) -> str:
     copy (zeros past M or the group's channels); `load_b(st, s)`: the slice's spans, 16 bytes a copy
     where the run lies in the row (zeros past the group's channels), else 4 bytes a copy with zeros
     outside the row."""
-    if plan.transposed:  # (CI, CO / G, taps), the taps reversed
-        source = "X + ((int64_t)ci * M + gm) * KF_KW + (KF_KW - 1 - tap)"
-    else:  # (CO, CI / G, taps)
-        source = "X + (int64_t)gm * K + ci * KF_KW + tap"
-    return rf"""  auto load_a = [&](int st, int s) {{
+    if filters_by_channel(plan):
+        load_a = r"""  auto load_a = [&](int st, int s) {
+    /* row r's slice: the filters' run [s * KF_SK, s * KF_SK + KF_SK) of output channel m0 + r, (channel,
+       tap) as they lie; K % 4 == 0 (filter_vec): a quad is in range or past K whole */
+    const int64_t k0 = (int64_t)s * KF_SK;
+    if (filter_vec) {
+      #pragma unroll 1
+      for (int l = 0; l < (BM * KF_SK / 4 + 255) / 256; ++l) {
+        const int e = tid + l * 256, r = e / (KF_SK / 4), kk = e % (KF_SK / 4) * 4;
+        const int gm = m0 + r;
+        const bool ok = gm < M && k0 + kk < K;
+        if (e < BM * KF_SK / 4) kf_cp16(&As[st][r][kk], ok ? X + (int64_t)gm * K + k0 + kk : X, ok);
+      }
+    } else {
+      #pragma unroll 1
+      for (int l = 0; l < (BM * KF_SK + 255) / 256; ++l) {
+        const int e = tid + l * 256, r = e / KF_SK, kk = e % KF_SK;
+        const int gm = m0 + r;
+        const bool ok = gm < M && k0 + kk < K;
+        if (e < BM * KF_SK) kf_cp4(&As[st][r][kk], ok ? X + (int64_t)gm * K + k0 + kk : X, ok);
+      }
+    }
+  };
+"""
+    else:
+        if plan.transposed:  # (CI, CO / G, taps), the taps reversed
+            source = "X + ((int64_t)ci * M + gm) * KF_KW + (KF_KW - 1 - tap)"
+        else:  # (CO, CI / G, taps)
+            source = "X + (int64_t)gm * K + ci * KF_KW + tap"
+        load_a = rf"""  auto load_a = [&](int st, int s) {{
     #pragma unroll 1
     for (int l = 0; l < (BM * KF_SK + 255) / 256; ++l) {{
       const int e = tid + l * 256, r = e / KF_SK, kk = e % KF_SK, tap = kk / {CHANNELS};
@@ -155,7 +197,10 @@ def span_loads(plan: ConvPlan) -> str:
       if (e < BM * KF_SK) kf_cp4(&As[st][r][kk], ok ? {source} : X, ok);
     }}
   }};
-  auto load_b = [&](int st, int s) {{
+"""
+    return (
+        load_a
+        + rf"""  auto load_b = [&](int st, int s) {{
     constexpr int quads = KF_SPAN_LEN / 4;
     #pragma unroll 1
     for (int l = 0; l < ({CHANNELS} * quads + 255) / 256; ++l) {{
@@ -175,11 +220,18 @@ def span_loads(plan: ConvPlan) -> str:
     }}
   }};
 """
+    )
 
 
-# The main loop's (cuda_conv.pipelined_main_loop) slices, 8 input channels at every tap each, and its
-# fragments: A's (tap, channel) rows, B read from the spans at the pixel's stride and the tap's dilation
+# The main loop's (cuda_conv.pipelined_main_loop) slices, 8 input channels at every tap each
 SLICES = f"(int)((cig + {CHANNELS - 1}) / {CHANNELS})"
-FRAGMENTS = f"""#define KF_A_FRAG(k, r) As[cur][r][k]
+
+
+def fragments(plan: ConvPlan) -> str:
+    """The main loop's fragments: k within a stage is (tap, channel), so a k8 step is one tap; A read
+    from its (channel, tap) or (tap, channel) rows, B from the spans at the pixel's stride and the tap's
+    dilation."""
+    a = f"(k) % {CHANNELS} * KF_KW + (k) / {CHANNELS}" if filters_by_channel(plan) else "k"
+    return f"""#define KF_A_FRAG(k, r) As[cur][r][{a}]
 #define KF_B_FRAG(k, c) Bs[cur][(k) % {CHANNELS}][(c) * KF_SW + (k) / {CHANNELS} * KF_DW + shift]
 """
