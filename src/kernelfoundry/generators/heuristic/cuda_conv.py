@@ -88,7 +88,23 @@ def nchw_leads(graph: Graph, plan: ConvPlan) -> bool:
     the channels-last seed led (bench/results/h100_2026-12-07/)."""
     pointwise = plan.kernel == (1, 1, 1) and plan.stride == (1, 1, 1) and not plan.transposed
     values_in = math.prod(int(d) for d in graph.shapes[plan.x])
-    return pointwise or (plan.dims == 1 and values_in > math.prod(int(d) for d in plan.conv.shape))
+    larger = values_in > math.prod(int(d) for d in plan.conv.shape)
+    return pointwise or (plan.dims == 1 and (larger or span_by_default(plan)))
+
+
+def span_by_default(plan: ConvPlan) -> bool:
+    """Whether the NCL unit reads the input span by default (cuda_conv_span.py): where a block holds at
+    most 64 output channels, and at 128 for forward 1-D convs of an odd number of taps (channel-major
+    filter rows, 16-byte copies). On the H100 the span beat the gather by 34% on level1/74 (64
+    channels); at 128 channels, with the channel-major filters (bench/results/h100_2026-12-07b/), 67
+    2.78 against 3.49 ms (the channels-last seed 2.89, eager 2.86) and 76 tied (9.57 against 9.59),
+    while the pointwise 87 lost (6.38 against 5.70) and the transposed 64 with 4-byte filter copies had
+    lost 2% (7.27 against 7.10)."""
+    if not spans.span_applies(plan):
+        return False
+    if _block_rows(plan) < 128:
+        return True
+    return plan.dims == 1 and spans.filters_by_channel(plan) and plan.kernel[2] > 1
 
 
 def _block_rows(plan: ConvPlan) -> int:
@@ -712,11 +728,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         # convs of 128 output channels on the H100, bench/results/h100_2026-12-06/
         wn, blocks = 4, 2
     span = not nhwc and spans.span_applies(plan)
-    # the span by default where a block holds at most 64 output channels: on the H100 it beat the
-    # gather by 34% on level1/74 (64 channels), and lost to it by 2-21% at 128 channels a block (76, 67,
-    # 64, 87) with either tile, 128 x 128 in two blocks an SM or 128 x 256 in one
-    # (bench/results/h100_2026-12-07/); swept either way
-    span_on = span and bm < 128
+    span_on = span and span_by_default(plan)  # swept either way
     if span and bm == 128:
         # the tile those units were measured with, span or gather: two blocks an SM of 128 x 128 (the
         # gather ran 76 at 9.66 ms with it; one block of 128 x 256 slowed the span 5-15% on 76, 67, 87)
