@@ -164,3 +164,32 @@ def test_the_warpgroup_conv_reads_one_strip_for_a_rows_taps(name: str, tmp_path:
         results = list(pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), combos))
     for combo, (got, expected) in zip(combos, results, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2, msg=lambda m, x=combo: f"{x}: {m}")
+
+
+SPAN_DEPTH_COMBOS = [  # the span's 16-channel stages (KF_SPAN_CH 16): at the defaults, and 128 x 128 tiles
+    # of two stages
+    {"KF_SPAN": 1, "KF_SPAN_CH": 16},
+    {"KF_SPAN": 1, "KF_SPAN_CH": 16, "BM": 128, "KF_STAGES": 2, "KF_WN": 4},
+]
+
+
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "3xtf32"])
+@pytest.mark.parametrize("name", ["1d_span", "t1d_span", "3d_pointwise_span", "pointwise_tail", "1d_dilated"])
+def test_the_span_stages_of_16_channels_match_torch(name: str, tf32: bool, tmp_path: Path) -> None:
+    """KF_SPAN_CH 16 (cuda_conv_span.py): a stage holds 16 channels' spans and filters, a k8 step half a
+    tap's channels; channel-major filter rows (forward, odd taps) and (tap, channel) ones (transposed),
+    16-byte and 4-byte copies, partial slices (12 and 5 channels a group) and groups."""
+    import torch
+
+    t = conv_task(name, tf32)
+    source = conv_source(t, tf32)
+    assert declared(source, SPAN_DEPTH_COMBOS) == SPAN_DEPTH_COMBOS, f"{name}: no 16-channel span stages"
+    with ThreadPoolExecutor(2) as pool:
+        results = list(
+            pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), SPAN_DEPTH_COMBOS)
+        )
+    tolerance = 1e-2 if tf32 else 1e-4
+    for combo, (got, expected) in zip(SPAN_DEPTH_COMBOS, results, strict=True):
+        torch.testing.assert_close(
+            got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
+        )

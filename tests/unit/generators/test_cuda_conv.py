@@ -414,7 +414,9 @@ def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
         assert (declared["KF_WN"][1], declared["KF_MIN_BLOCKS"][1]) == (4, 2)
     code = unit.code
     assert code.index("#if KF_SPAN") < code.index("#else  /* gathers */")
-    assert "#define KF_B_FRAG(k, c) Bs[cur][(k) % 8][(c) * KF_SW + (k) / 8 * KF_DW + shift]" in code
+    b_frag = "Bs[cur][(k) % KF_SPAN_CH][(c) * KF_SW + (k) / KF_SPAN_CH * KF_DW + shift]"
+    assert f"#define KF_B_FRAG(k, c) {b_frag}" in code
+    assert declared["KF_SPAN_CH"] == ((8, 16), 8)  # a stage's channels: 8 as measured, 16 swept
     assert "for (int k8 = 0; k8 < KF_SK; k8 += 8)" in code
     assert "const int a_vec = ((ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0)" in code
     assert "const int plane = geo.ID * geo.IH * geo.IW;" in code
@@ -422,7 +424,7 @@ def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
         assert "(KF_KW - 1 - tap)" in code and "n0 + KF_PW - (KF_KW - 1) * KF_DW" in code
         assert "#define KF_A_FRAG(k, r) As[cur][r][k]" in code and "| (0) << 1;" in code
     else:  # forward, odd taps: (channel, tap) filter rows, 16 bytes a copy where K % 4 == 0 and aligned
-        assert "#define KF_A_FRAG(k, r) As[cur][r][(k) % 8 * KF_KW + (k) / 8]" in code
+        assert "#define KF_A_FRAG(k, r) As[cur][r][(k) % KF_SPAN_CH * KF_KW + (k) / KF_SPAN_CH]" in code
         assert "| (K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0) << 1;" in code
         assert "kf_cp16(&As[st][r][kk], ok ? X + (int64_t)gm * K + k0 + kk : X, ok);" in code
 
@@ -431,14 +433,20 @@ def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
 def test_the_spans_channel_major_filter_rows_keep_a_k8_steps_fragment_reads_in_distinct_banks(
     taps: int,
 ) -> None:
-    """A forward conv's stage rows of (channel, tap), KF_AS_LD = 8 x taps + 4 floats apart: a warp's A
-    fragment reads of one tap (rows g < 8, channels tig and tig + 4) hit 32 distinct banks for an odd
-    number of taps, the only ones filters_by_channel gives them."""
-    ld = 8 * taps + 4
-    for tap in range(taps):
-        for half in (0, 4):
-            banks = {(g * ld + (tig + half) * taps + tap) % 32 for g in range(8) for tig in range(4)}
-            assert len(banks) == 32
+    """A forward conv's stage rows of (channel, tap), KF_AS_LD = KF_SPAN_CH x taps + 4 floats apart: a
+    warp's A fragment reads of one tap (rows g < 8, channels tig and tig + 4 of the step's 8) hit 32
+    distinct banks for an odd number of taps, the only ones filters_by_channel gives them."""
+    for depth in (8, 16):  # KF_SPAN_CH; a k8 step of a 16-deep stage reads channels 0-7 or 8-15
+        ld = depth * taps + 4
+        for tap in range(taps):
+            for first in range(0, depth, 8):
+                for half in (0, 4):
+                    banks = {
+                        (g * ld + (first + tig + half) * taps + tap) % 32
+                        for g in range(8)
+                        for tig in range(4)
+                    }
+                    assert len(banks) == 32
 
 
 @pytest.mark.parametrize("stride", [1, 2, 3, 4, 5, 6, 7, 8])

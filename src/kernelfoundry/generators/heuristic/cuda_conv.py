@@ -763,9 +763,13 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if strip:  # the row strip (cuda_conv_strip.py): swept
         tunables.append(f"// @kf.tunable KF_WG_STRIP in [0, 1] default {int(strip_on)}")
         defaults["KF_WG_STRIP"] = int(strip_on)
-    if span:  # the input span of a 1-D or pointwise conv read in NCL / NCHW (cuda_conv_span.py): swept
+    if span:  # the input span of a 1-D or pointwise conv read in NCL / NCHW (cuda_conv_span.py): swept,
+        # and its stages' channel depth (8 as measured; 16 unmeasured)
         tunables.append(f"// @kf.tunable KF_SPAN in [0, 1] default {int(span_on)}")
         defaults["KF_SPAN"] = int(span_on)
+        depths = ", ".join(str(c) for c in spans.channel_depths(plan))
+        tunables.append(f"// @kf.tunable KF_SPAN_CH in [{depths}] default {spans.CHANNELS}")
+        defaults["KF_SPAN_CH"] = spans.CHANNELS
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]

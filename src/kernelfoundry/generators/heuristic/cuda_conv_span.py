@@ -44,7 +44,10 @@ from kernelfoundry.generators.heuristic import cuda_conv_phases as phases
 from kernelfoundry.generators.heuristic.cpu_conv import ConvPlan
 from kernelfoundry.generators.heuristic.cuda_conv_strip import SMEM_LIMIT
 
-CHANNELS = 8  # input channels a stage: one k8 step a tap
+# Input channels a stage (KF_SPAN_CH, tunable): 8, one k8 step a tap, or 16, two; deeper stages take
+# half the barriers per k and twice the shared memory (the stages shrink to those that fit)
+CHANNELS = 8
+CHANNEL_DEPTHS = (8, 16)
 
 
 def pointwise(plan: ConvPlan) -> bool:
@@ -98,10 +101,20 @@ def _padded(length: int, residue: int) -> int:
     return length + (residue - length % 32) % 32
 
 
-def stage_bytes(rows: int, width: int, taps: int, stride: int, dilation: int) -> int:
-    """One stage: `rows` filter rows of CHANNELS x taps (padded by 4) and CHANNELS spans."""
+def stage_bytes(
+    rows: int, width: int, taps: int, stride: int, dilation: int, channels: int = CHANNELS
+) -> int:
+    """One stage: `rows` filter rows of `channels` x taps (padded by 4) and `channels` spans."""
     span = _padded(span_length(width, taps, stride, dilation), span_bank_residue(stride))
-    return 4 * (rows * (CHANNELS * taps + 4) + CHANNELS * span)
+    return 4 * (rows * (channels * taps + 4) + channels * span)
+
+
+def channel_depths(plan: ConvPlan) -> tuple[int, ...]:
+    """The stage depths (KF_SPAN_CH) of which two stages of the widest tile fit in shared memory."""
+    taps, stride, dilation = plan.kernel[2], plan.stride[2], plan.dilation[2]
+    return tuple(
+        c for c in CHANNEL_DEPTHS if 2 * stage_bytes(128, 256, taps, stride, dilation, c) <= SMEM_LIMIT
+    )
 
 
 def span_defines(plan: ConvPlan) -> str:
@@ -114,12 +127,12 @@ def span_defines(plan: ConvPlan) -> str:
 #define KF_SPAN 0
 #endif
 #if KF_SPAN
-#define KF_SK ({CHANNELS} * KF_KW)  /* k a stage: (tap, channel) */
+#define KF_SK (KF_SPAN_CH * KF_KW)  /* k a stage: (tap, channel) */
 #define KF_SPAN_LEN ((((BN - 1) * KF_SW + (KF_KW - 1) * KF_DW + 1) + 6) / 4 * 4)
 #undef KF_AS_LD
 #define KF_AS_LD (KF_SK + 4)  /* an odd multiple of 4: a warp's A fragment reads hit 32 banks */
 #undef KF_BS_ROWS
-#define KF_BS_ROWS {CHANNELS}
+#define KF_BS_ROWS KF_SPAN_CH
 #undef KF_BS_LD
 #define KF_BS_LD (KF_SPAN_LEN + ({residue} - KF_SPAN_LEN % 32 + 32) % 32)  /* residue {residue}: banks */
 #define KF_SPAN_STAGE_BYTES (4 * (BM * KF_AS_LD + KF_BS_ROWS * KF_BS_LD))
@@ -191,8 +204,8 @@ def span_loads(plan: ConvPlan) -> str:
         load_a = rf"""  auto load_a = [&](int st, int s) {{
     #pragma unroll 1
     for (int l = 0; l < (BM * KF_SK + 255) / 256; ++l) {{
-      const int e = tid + l * 256, r = e / KF_SK, kk = e % KF_SK, tap = kk / {CHANNELS};
-      const int gm = m0 + r, ci = s * {CHANNELS} + kk % {CHANNELS};
+      const int e = tid + l * 256, r = e / KF_SK, kk = e % KF_SK, tap = kk / KF_SPAN_CH;
+      const int gm = m0 + r, ci = s * KF_SPAN_CH + kk % KF_SPAN_CH;
       const bool ok = gm < M && ci < cig;
       if (e < BM * KF_SK) kf_cp4(&As[st][r][kk], ok ? {source} : X, ok);
     }}
@@ -200,38 +213,38 @@ def span_loads(plan: ConvPlan) -> str:
 """
     return (
         load_a
-        + rf"""  auto load_b = [&](int st, int s) {{
+        + r"""  auto load_b = [&](int st, int s) {
     constexpr int quads = KF_SPAN_LEN / 4;
     #pragma unroll 1
-    for (int l = 0; l < ({CHANNELS} * quads + 255) / 256; ++l) {{
-      const int e = tid + l * 256, c = e / quads, p = a0 + e % quads * 4, ci = s * {CHANNELS} + c;
-      if (e >= {CHANNELS} * quads) break;
+    for (int l = 0; l < (KF_SPAN_CH * quads + 255) / 256; ++l) {
+      const int e = tid + l * 256, c = e / quads, p = a0 + e % quads * 4, ci = s * KF_SPAN_CH + c;
+      if (e >= KF_SPAN_CH * quads) break;
       float* dst = &Bs[st][c][e % quads * 4];
       const float* row = W + (int64_t)(ci < cig ? ci : 0) * plane;
-      if (span_vec && p >= 0 && p + 4 <= plane) {{
+      if (span_vec && p >= 0 && p + 4 <= plane) {
         kf_cp16(dst, ci < cig ? row + p : W, ci < cig);
-      }} else {{
+      } else {
         #pragma unroll
-        for (int i = 0; i < 4; ++i) {{
+        for (int i = 0; i < 4; ++i) {
           const bool ok = ci < cig && (unsigned)(p + i) < (unsigned)plane;
           kf_cp4(dst + i, ok ? row + p + i : W, ok);
-        }}
-      }}
-    }}
-  }};
+        }
+      }
+    }
+  };
 """
     )
 
 
 # The main loop's (cuda_conv.pipelined_main_loop) slices, 8 input channels at every tap each
-SLICES = f"(int)((cig + {CHANNELS - 1}) / {CHANNELS})"
+SLICES = "(int)((cig + KF_SPAN_CH - 1) / KF_SPAN_CH)"
 
 
 def fragments(plan: ConvPlan) -> str:
     """The main loop's fragments: k within a stage is (tap, channel), so a k8 step is one tap; A read
     from its (channel, tap) or (tap, channel) rows, B from the spans at the pixel's stride and the tap's
     dilation."""
-    a = f"(k) % {CHANNELS} * KF_KW + (k) / {CHANNELS}" if filters_by_channel(plan) else "k"
+    a = "(k) % KF_SPAN_CH * KF_KW + (k) / KF_SPAN_CH" if filters_by_channel(plan) else "k"
     return f"""#define KF_A_FRAG(k, r) As[cur][r][{a}]
-#define KF_B_FRAG(k, c) Bs[cur][(k) % {CHANNELS}][(c) * KF_SW + (k) / {CHANNELS} * KF_DW + shift]
+#define KF_B_FRAG(k, c) Bs[cur][(k) % KF_SPAN_CH][(c) * KF_SW + (k) / KF_SPAN_CH * KF_DW + shift]
 """
