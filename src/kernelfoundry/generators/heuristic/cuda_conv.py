@@ -805,7 +805,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         lines += [(_OPEN + _COPIES).rstrip("\n"), spans.span_defines(plan).rstrip("\n")]
         lines += [_first_pixel(plan, _KERNEL_OPEN).rstrip("\n"), "#if KF_SPAN"]
         lines += [spans.span_prologue(plan).rstrip("\n"), spans.span_loads(plan).rstrip("\n")]
-        span_step = TC_STEP.replace("k8 < BK", "k8 < KF_SK")  # a stage's k: every tap of 8 channels
+        span_step = TC_STEP.replace("k8 < BK", "k8 < KF_SK")  # a stage's k: every tap of its channels
         span_loop = pipelined_main_loop(spans.SLICES, "{s}", spans.fragments(plan), span_step)
         lines += [span_loop.rstrip("\n"), "#else  /* gathers */"]
         lines += [prologue, loads, _MAIN_LOOP.rstrip("\n"), "#endif"]
@@ -860,10 +860,9 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     contiguous = "1" if nhwc else contiguous
     if span:  # the span copies the input 16 bytes at a time where its rows (planes) are 16-byte aligned
         # (bit 0), and (channel, tap) filter rows where they are k-contiguous and aligned (bit 1)
-        filters = "0" if plan.transposed else "K % 4 == 0 && ((uintptr_t)Wt) % 16 == 0"
         w("#if KF_SPAN")
         w("  const int a_vec = ((ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0)")
-        w(f"                    | ({filters}) << 1;  /* 16-byte copies: input, filters */")
+        w(f"                    | ({contiguous}) << 1;  /* 16-byte copies: input, filters */")
         w("#else")
     w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
     if span:

@@ -22,14 +22,14 @@ So the input is read once from DRAM, as the channels-last path's conversion read
 again; the output is written in NCL by the mma.sync kernel's epilogue.
 
 A forward conv of an odd number of taps keeps a stage's filters in rows of (channel, tap)
-(`filters_by_channel`): a row's slice is then the filters' own contiguous run of 8 x taps values,
+(`filters_by_channel`): a row's slice is then the filters' own contiguous run of KF_SPAN_CH x taps values,
 copied 16 bytes at a time where the filters' rows allow (K % 4 == 0, aligned), a quarter of the 4-byte
 copies of (tap, channel) rows, which at 128 output channels a block were as many copies as the span's
 own. The fragment reads of a k8 step (one tap, channels tig and tig + 4, rows g) stay on 32 banks for odd
 tap counts; even ones would meet 2-4 times in a bank, so they (and transposed convs, whose filters run
-(CI, CO / G, taps)) keep the (tap, channel) rows. Tunable KF_SPAN (1 by default
-where a block holds at most 64 output channels, cuda_conv.py); the stages shrink to those that fit in
-shared memory. Pure string building.
+(CI, CO / G, taps)) keep the (tap, channel) rows. Tunable KF_SPAN (1 by default where a block holds
+at most 64 output channels, and at 128 for forward 1-D convs of odd taps: cuda_conv.span_by_default);
+the stages shrink to those that fit in shared memory. Pure string building.
 
 A pointwise conv of any dimension (one tap, stride 1, no padding: level1/87) is the same 1-D conv over
 its flattened planes: output pixel p reads input position p of every channel, so a block's pixels read
@@ -118,8 +118,8 @@ def channel_depths(plan: ConvPlan) -> tuple[int, ...]:
 
 
 def span_defines(plan: ConvPlan) -> str:
-    """After the mma.sync kernel's definitions: the span stages' layout (As rows of (tap, channel), Bs
-    rows of a channel's span) and the stages that fit."""
+    """After the mma.sync kernel's definitions: the span stages' layout (As rows of the filters, Bs rows
+    of a channel's span) and the stages that fit."""
     residue = span_bank_residue(plan.stride[2])
     return rf"""
 /* the input span (cuda_conv_span.py): KF_SPAN asks for it */
@@ -236,7 +236,7 @@ def span_loads(plan: ConvPlan) -> str:
     )
 
 
-# The main loop's (cuda_conv.pipelined_main_loop) slices, 8 input channels at every tap each
+# The main loop's (cuda_conv.pipelined_main_loop) slices, KF_SPAN_CH input channels at every tap each
 SLICES = "(int)((cig + KF_SPAN_CH - 1) / KF_SPAN_CH)"
 
 
