@@ -142,6 +142,25 @@ CASES: dict[str, tuple[str, str, str, str]] = {
         "torch.randn(3, 40, 301)",
     ),
     "amin_middle_dim_odd_rows": ("        pass", "x", "torch.amin(x, dim=1)", "torch.randn(2, 7, 1027)"),
+    # enough rows for row chunks (KF_WCOLS 2): 300 rows in chunks of 96, the last of 12
+    "sum_long_middle_dim_odd_rows": (
+        "        pass",
+        "x",
+        "torch.sum(x, dim=1, keepdim=True)",
+        "torch.randn(2, 300, 261)",
+    ),
+    "amax_long_middle_dim_odd_rows": (
+        "        pass",
+        "x",
+        "torch.amax(x, dim=1)",
+        "torch.randn(3, 200, 130)",
+    ),
+    "mean_long_middle_dim_of_a_map_odd_rows": (
+        "        pass",
+        "x",
+        "torch.mean(x * 2.0 + 1.0, dim=1)",
+        "torch.randn(2, 257, 1133)",
+    ),
     "amax_odd_long_rows": ("        pass", "x", "torch.amax(x, dim=1)", "torch.randn(3, 5001)"),
     "logsumexp_odd_rows": ("        pass", "x", "torch.logsumexp(x, dim=1)", "torch.randn(4, 1003)"),
     "sum_middle_dim": ("        pass", "x", "torch.sum(x, dim=1, keepdim=True)", "torch.randn(3, 40, 70)"),
@@ -646,6 +665,45 @@ def test_a_middle_dim_reduction_over_unaligned_rows_reads_realigned_float4s_in_w
     for kernel in wide:
         lib = build_emulated(kernel.code, tmp_path, {"KF_WCOLS": 1, "KF_WCOLS_MIN_BLOCKS": min_blocks})
         got, expected = run(task, kernel, lib)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+SPLIT_COLUMNS = [c for c in WIDE_COLUMNS if "_long_" in c]
+SPLIT_BLOCKS = [1, 6, 1 << 20]  # KF_WCOLS_SPLIT_BLOCKS: one chunk, a few, as many as 64-row chunks allow
+
+
+@pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
+@pytest.mark.parametrize("split_blocks", SPLIT_BLOCKS)
+@pytest.mark.parametrize("case", SPLIT_COLUMNS)
+def test_a_middle_dim_reduction_in_wide_tiles_split_over_row_chunks_matches_torch(
+    case: str, split_blocks: int, tmp_path: Path
+) -> None:
+    """KF_WCOLS 2: the wide tiles' rows split over blocks in chunks of a multiple of 32 rows (the last
+    shorter), each chunk's partials combined by a second kernel that applies the mean's scale once."""
+    import torch
+
+    task, wide = wide_column_seeds(case)
+    for kernel in wide:
+        assert "_wfin<<<" in kernel.code and "@kf.tunable KF_WCOLS in [0, 1, 2]" in kernel.code
+        lib = build_emulated(kernel.code, tmp_path, {"KF_WCOLS": 2, "KF_WCOLS_SPLIT_BLOCKS": split_blocks})
+        got, expected = run(task, kernel, lib)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_ready(), reason="needs nvcc and a CUDA device")
+@pytest.mark.parametrize("split_blocks", SPLIT_BLOCKS)
+@pytest.mark.parametrize("case", SPLIT_COLUMNS)
+def test_a_middle_dim_reduction_split_over_row_chunks_on_the_gpu(
+    case: str, split_blocks: int, tmp_path: Path
+) -> None:
+    import torch
+
+    task, wide = wide_column_seeds(case)
+    for kernel in wide:
+        lib = build_unit(kernel, tmp_path, {"KF_WCOLS": 2, "KF_WCOLS_SPLIT_BLOCKS": split_blocks})
+        got, expected = run(task, kernel, lib, device="cuda")
+        torch.cuda.synchronize()
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 

@@ -768,16 +768,18 @@ class CudaEmitter(OnChipRows, ColumnKernels, PoolKernels):
             )
             out.append("      } else")
         if wcols:
-            # rows of no multiple of 4 floats: wide tiles of realigned float4s, where they fill the GPU
+            # rows of no multiple of 4 floats: wide tiles of realigned float4s, where they fill the GPU,
+            # or (KF_WCOLS 2) tiles of one row group with the rows split over blocks until they do
             ok = self._vec_ok(leaves, (), whole_rows=False)
+            out += _wide_split_launch(kname, ptr(step.out), a2, ok)
             out.append(
-                f"      if (KF_WCOLS && inner % 4 != 0 && inner >= 128 && {ok}"
+                f"      if (KF_WCOLS == 1 && inner % 4 != 0 && inner >= 128 && {ok}"
                 " && outer * ((inner + 255) / 256) >= KF_WCOLS_MIN_BLOCKS) {"
             )
             out.append("        const int64_t w1 = outer * ((inner + 1023) / 1024);")
             out.append("        const int64_t w2 = outer * ((inner + 511) / 512);")
             out.append("        const int64_t w4 = outer * ((inner + 255) / 256);")
-            wargs = f"(outer, R, inner, {ptr(step.out)}{a2});"
+            wargs = f"(outer, R, inner, {ptr(step.out)}{a2}, R, 1, nullptr);"
             for rg, blocks in ((1, "w1"), (2, "w2"), (4, "w4")):
                 cap = f"(unsigned)({blocks} < 65535 * 8 ? {blocks} : 65535 * 8)"
                 head = "if" if rg == 1 else "else if" if rg == 2 else "else"
@@ -1034,3 +1036,31 @@ class _RowSweep:
     end: str
     vec_condition: str
     vec_span: tuple[str, str] | None = None  # float4 range [first, end) when not the whole row
+
+
+def _wide_split_launch(kname: str, out: str, operands: str, ok: str) -> list[str]:
+    """KF_WCOLS 2: one-row-group wide tiles (1024 columns) over row chunks of rc rows (a multiple of 32, at
+    least 64) until KF_WCOLS_SPLIT_BLOCKS blocks run; more than one chunk writes partials to a pooled
+    buffer that `_wfin` combines into `out`. `operands`: the kernels' operand arguments, each after ", "."""
+    cap = "(unsigned)(wb < 65535 * 8 ? wb : 65535 * 8)"
+    return [
+        f"      if (KF_WCOLS == 2 && inner % 4 != 0 && inner >= 128 && {ok}) {{",
+        "        const int64_t cells = outer * ((inner + 1023) / 1024), most = R / 64 > 1 ? R / 64 : 1;",
+        "        const int64_t want = (KF_WCOLS_SPLIT_BLOCKS + cells - 1) / cells;",
+        "        int64_t chunks = want < most ? want : most;",
+        "        int64_t rc = ((R + chunks - 1) / chunks + 31) / 32 * 32;",
+        "        chunks = (R + rc - 1) / rc;",
+        "        float* kf_ws = chunks > 1 ? kf_alloc(sizeof(float) * (size_t)(chunks * outer * inner), st)"
+        " : nullptr;",
+        "        if (!kf_ws) { chunks = 1; rc = R; }",
+        "        const int64_t wb = cells * chunks;",
+        f"        {kname}_wcols<1><<<{cap}, 256, 0, st>>>"
+        f"(outer, R, inner, {out}{operands}, rc, chunks, kf_ws);",
+        "        if (kf_ws) {",
+        "          const int64_t fb = (outer * inner + 255) / 256;",
+        f"          {kname}_wfin<<<(unsigned)(fb < 65535 * 8 ? fb : 65535 * 8), 256, 0, st>>>"
+        f"(outer, R, inner, {out}, chunks, kf_ws);",
+        "          cudaFreeAsync(kf_ws, st);",
+        "        }",
+        "      } else",
+    ]

@@ -32,8 +32,16 @@ TCOLS_TUNABLES = (f"// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default {TC
 # KF_WCOLS_MIN_BLOCKS blocks of 256 columns would run (two blocks an SM of the H100/H200's 132). Off by
 # default, swept: on the H100 the wide tiles lost 3-4% to the 64-column ones on level1/47, 49 and 53
 # (3.43 against 3.33 ms on 47; bench/results/h100_2026-12-07/).
-WCOLS_TUNABLES = ("// @kf.tunable KF_WCOLS in [0, 1] default 0",)
-WCOLS_DEFAULTS = (("KF_WCOLS", 0), ("KF_WCOLS_MIN_BLOCKS", 264))
+# That loss is the wave quantisation the wide tiles paid: level1/47 (128 x 4,095 columns) makes 512 tiles of
+# 1024 columns, 3.9 blocks an SM. `KF_WCOLS` 2 keeps the one-row-group tiles and splits the rows over blocks
+# instead, until at least KF_WCOLS_SPLIT_BLOCKS blocks run (chunks of at least 64 rows, a multiple of 32),
+# each chunk's partial column results combined by a second kernel in chunk order (deterministic); the
+# partials are chunks x outer x inner floats, 0.2% of 47's input at its 8 chunks.
+WCOLS_TUNABLES = (
+    "// @kf.tunable KF_WCOLS in [0, 1, 2] default 0",
+    "// @kf.tunable KF_WCOLS_SPLIT_BLOCKS in [2112, 4224, 8448] default 4224",
+)
+WCOLS_DEFAULTS = (("KF_WCOLS", 0), ("KF_WCOLS_MIN_BLOCKS", 264), ("KF_WCOLS_SPLIT_BLOCKS", 4224))
 
 REALIGN4 = r"""
 /* The aligned float4 at p where it starts before `end`, zeros after: a float4 that starts inside the
@@ -191,24 +199,29 @@ class ColumnKernels(EmitterBase):
         warp 128 columns of each of its rows read as realigned float4s (kf_realign4: rows of any length,
         operands 16-byte aligned), a lane 4 columns; runs of 32 rows combined before the total (bounded
         rounding), the row groups' partials then meet in shared memory. A lane past the row's end reads
-        the next row's values (or zeros after the last) into columns it never writes."""
+        the next row's values (or zeros after the last) into columns it never writes. A block walks the
+        rc rows of one of `chunks` row chunks: with one chunk it writes the result, with more its
+        partials go to kf_ws (chunks x outer x inner), which `_wfin` combines in chunk order."""
         full = self._full_leaves(leaves)
         i4 = f"make_float4({init}, {init}, {init}, {init})"
         k = ["template <int RG>"]
-        k.append(_column_signature(f"{kname}_wcols", params))
+        split = ["int64_t rc", "int64_t chunks", "float* __restrict__ kf_ws"]
+        k.append(_column_signature(f"{kname}_wcols", params + split))
         k.append("  constexpr int WPR = 8 / RG, TW = 128 * WPR;  /* warps a row group, columns a tile */")
         k.append("  __shared__ float4 kf_wpart[256];")
         k += pre
         k.append("  const int lane = threadIdx.x & 31, ty = (threadIdx.x >> 5) / WPR;")
         k.append("  const int64_t tiles = (inner + TW - 1) / TW, total = outer * R * inner;")
-        k.append("  for (int64_t b = blockIdx.x; b < outer * tiles; b += gridDim.x) {")
-        k.append("    const int64_t o = b / tiles;")
+        k.append("  const int64_t cells = outer * tiles;")
+        k.append("  for (int64_t b = blockIdx.x; b < cells * chunks; b += gridDim.x) {")
+        k.append("    const int64_t s = b / cells, o = (b % cells) / tiles;  /* row chunk s of rc rows */")
         k.append(
             "    const int64_t c0 = (b % tiles) * TW + ((threadIdx.x >> 5) % WPR) * 128, c = c0 + 4 * lane;"
         )
+        k.append("    const int64_t lo = s * rc, hi = lo + rc < R ? lo + rc : R;")
         k.append(f"    float4 acc = {i4};")
-        k.append("    for (int64_t j0 = ty; j0 < R; j0 += RG * 32) {")
-        k.append("      const int64_t j1 = j0 + RG * 32 < R ? j0 + RG * 32 : R;")
+        k.append("    for (int64_t j0 = lo + ty; j0 < hi; j0 += RG * 32) {")
+        k.append("      const int64_t j1 = j0 + RG * 32 < hi ? j0 + RG * 32 : hi;")
         k.append(f"      float4 part = {i4};")
         k.append("      int64_t e = (o * R + j0) * inner + c0;  /* the warp's first element of row j */")
         k.append("      #pragma unroll 4")
@@ -232,10 +245,22 @@ class ColumnKernels(EmitterBase):
         k.append("      }")
         k.append("      __syncthreads();")
         k.append("    }")
-        k.append("    if (ty == 0) {")
+        k.append("    if (ty == 0 && chunks == 1) {")
         for n, comp in enumerate("xyzw"):
             k.append(f"      if (c + {n} < inner) out[o * inner + c + {n}] = acc.{comp}{scale};")
+        k.append("    } else if (ty == 0) {  /* the chunk's partials, combined by _wfin */")
+        k.append("      float* w = kf_ws + (s * outer + o) * inner;")
+        for n, comp in enumerate("xyzw"):
+            k.append(f"      if (c + {n} < inner) w[c + {n}] = acc.{comp};")
         k.append("    }")
+        k.append("  }")
+        k.append("}")
+        k.append(_column_signature(f"{kname}_wfin", ["int64_t chunks", "const float* __restrict__ kf_ws"]))
+        k.append("  const int64_t n = outer * inner;")
+        k.append("  for (int64_t t = blockIdx.x * 256 + threadIdx.x; t < n; t += (int64_t)gridDim.x * 256) {")
+        k.append("    float r = kf_ws[t];")
+        k.append(f"    for (int64_t s = 1; s < chunks; ++s) r = {comb}(r, kf_ws[s * n + t]);")
+        k.append(f"    out[t] = r{scale};")
         k.append("  }")
         k.append("}")
         return k
