@@ -284,6 +284,22 @@ CASES: dict[str, tuple[str, str, str, str, str]] = {
         "torch.randn(2, 2, 801)",
         "_spool(",
     ),
+    # rows of several tiles (about 4,070 outputs each): the float4 column pass (9,000 columns) and the
+    # scalar one (9,001), each tile's span read from the aligned group before it
+    "max_pool1d_dilated_rows_of_several_tiles": (
+        "        self.op = nn.MaxPool1d(8, stride=1, padding=4, dilation=3)",
+        "x",
+        "self.op(x)",
+        "torch.rand(1, 2, 9000)",
+        "_spool(",
+    ),
+    "avg_pool1d_rows_of_several_tiles": (
+        "        self.op = nn.AvgPool1d(8, stride=1, padding=4)",
+        "x",
+        "self.op(x)",
+        "torch.randn(1, 2, 9001)",
+        "_spool(",
+    ),
     # depthwise convolutions: tiles with halos, strides, dilation, padding, a channel multiplier, bias
     "depthwise2d_3x3": (
         "        self.op = nn.Conv2d(8, 8, 3, groups=8, bias=False)",

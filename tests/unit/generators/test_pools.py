@@ -104,3 +104,31 @@ def test_an_operand_that_varies_along_a_pooled_dim_only_is_written_out_first() -
     graph = graph_of("self.pool(self.conv(x) * self.row)", row="12")
     steps = [s.kind for part in partition(graph, fuse=True, axis_leaves=True) for s in part.steps]
     assert steps == ["pointwise", "pool"]
+
+
+@pytest.mark.parametrize(
+    ("window", "stride", "dilation"),
+    [(8, 1, 3), (8, 1, 1), (4, 3, 1), (2, 1, 1), (64, 1, 1), (3, 2, 7)],
+)
+def test_a_separable_tile_fills_one_float4_column_pass(window: int, stride: int, dilation: int) -> None:
+    """The float4 column pass reads from the aligned group before the span (up to 3 columns ahead): the
+    span and that shift take at most one pass of the thread's groups, never a second pass for the one
+    group over (which stalls the whole block at its barrier for a load latency)."""
+    from kernelfoundry.generators.heuristic.opkernels import OpKernel
+    from kernelfoundry.generators.heuristic.opkernels_cuda import _pool_groups, _pool_tile
+
+    kernel = OpKernel(
+        "pool",
+        "pool",
+        ("x",),
+        {
+            "window": (1, 1, window),
+            "stride": (1, 1, stride),
+            "padding": (0, 0, 0),
+            "dilation": (1, 1, dilation),
+        },
+    )
+    outputs, span = _pool_tile(kernel)
+    assert span == (outputs - 1) * stride + (window - 1) * dilation + 1
+    groups = (3 + span + 3) >> 2  # the most a tile takes: its span shifted by 3 columns
+    assert groups <= _pool_groups(kernel, span) * 256

@@ -238,12 +238,15 @@ def pool_separable(k: OpKernel) -> bool:
 
 def _pool_tile(k: OpKernel) -> tuple[int, int]:
     """(outputs a separable tile, input columns it spans): at most POOL_TILE_OUTPUTS outputs and
-    POOL_SPAN columns."""
+    POOL_SPAN - 3 columns. The float4 column pass starts at the aligned group before the span's first
+    column, up to 3 columns ahead of it, so the span and that shift fill at most POOL_SPAN / 4 groups:
+    one pass of POOL_VEC_LOADS_IN_FLIGHT groups a thread. At POOL_SPAN columns, three of four tiles of a
+    1-D pooling took a second pass for one group, a whole load latency for the block at its barrier."""
     _, _, kw = k.params["window"]
     _, _, sw = k.params["stride"]
     _, _, dw = k.params["dilation"]
     ext = (kw - 1) * dw + 1
-    tw = max(1, min(POOL_TILE_OUTPUTS, (POOL_SPAN - ext) // sw + 1))
+    tw = max(1, min(POOL_TILE_OUTPUTS, (POOL_SPAN - 3 - ext) // sw + 1))
     return tw, (tw - 1) * sw + ext
 
 
