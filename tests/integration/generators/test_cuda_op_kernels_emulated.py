@@ -77,9 +77,25 @@ def test_a_1d_pooling_offers_the_row_vector_kernel_as_a_tunable(case: str, tmp_p
     import torch
 
     _, kernel = first_candidate(case, CASES[case])
-    assert {t.name: t.values for t in kernel.tunables} == {"KF_TILED_KF_OP0": (1, 0)}
+    assert {t.name: t.values for t in kernel.tunables}["KF_TILED_KF_OP0"] == (1, 0)
     assert "_vpool<int><<<" in kernel.code and "_spool<<<" in kernel.code
     got, expected = run_emulated(case, tmp_path, {"KF_TILED_KF_OP0": 0})
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)
+
+
+# 1-D windows of stride 1: the tiles' run path (interior tiles only: the middle tile of these rows)
+RUNS = ["max_pool1d_dilated_rows_of_several_tiles", "avg_pool1d_rows_of_several_tiles"]
+
+
+@pytest.mark.parametrize("case", RUNS)
+def test_a_1d_pooling_of_stride_1_offers_the_tiles_run_path_as_a_tunable(case: str, tmp_path: Path) -> None:
+    """Runs of outputs a thread, their columns read once into registers, the outputs staged in shared
+    memory: the interior tile's outputs match torch, and the edge tiles' (the output loop) too."""
+    import torch
+
+    _, kernel = first_candidate(case, CASES[case])
+    assert {t.name: t.values for t in kernel.tunables}["KF_POOL_RUNS_KF_OP0"] == (0, 1)
+    got, expected = run_emulated(case, tmp_path, {"KF_POOL_RUNS_KF_OP0": 1})
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)
 
 

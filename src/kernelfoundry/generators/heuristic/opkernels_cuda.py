@@ -318,6 +318,69 @@ def pool_tiled_tunable(k: OpKernel, entry: str) -> str | None:
     return None
 
 
+# Outputs a thread of the 1-D tiles' run path takes (odd: the runs' reads and stores in shared memory
+# fall on distinct banks), and the longest window it keeps in registers (RUN + kw - 1 columns).
+POOL_RUN = 7
+POOL_RUN_MAX_WINDOW = 16
+
+
+def pool_runs_tunable(k: OpKernel, entry: str) -> str | None:
+    """The tunable of the 1-D tiles' run path (`_pool_runs`): a 1-D window of stride 1, at most
+    POOL_RUN_MAX_WINDOW taps. The output pass of a tile took the whole instruction budget of its loads
+    (8 shared-memory reads, 8 bounds checks and the index arithmetic an output of level1/41's window of 8),
+    the run path about a quarter of it; unmeasured on a GPU, so 0 (the output loop) by default."""
+    kd, kh, kw = k.params["window"]
+    if pool_separable(k) and kd * kh == 1 and k.params["stride"][2] == 1 and kw <= POOL_RUN_MAX_WINDOW:
+        return f"KF_POOL_RUNS_{entry.upper()}"
+    return None
+
+
+def _pool_runs(k: OpKernel, t: _PoolText, runs: str, span: int) -> str:
+    """A 1-D tile's output pass where every tap of every output lies inside the row (`wb >= 0 &&
+    wb + span <= IW`): runs of POOL_RUN outputs of one residue modulo the dilation, a run's
+    POOL_RUN + kw - 1 columns read from shared memory once into registers and each output combined from
+    them without bounds checks; the outputs staged in `outv` and stored by consecutive lanes. Outside
+    the row's interior (its first and last tiles), the output loop that follows."""
+    kw, dw = t.window[2], t.dilation[2]
+    width = POOL_RUN + kw - 1
+    finish = ""
+    if not k.params["max"]:
+        # the window lies inside the row: the divisor is the window's taps, or the one given
+        finish = f"\n            acc = acc * {1.0 / float(k.params.get('divisor') or kw)!r}f;"
+    return f"""
+#if {runs}
+    if (wb >= 0 && wb + span <= IW) {{
+      /* interior tile: runs of {POOL_RUN} outputs of one residue modulo the dilation ({dw}), their
+         {width} columns read once into registers */
+      const int runs = (n + {dw * POOL_RUN - 1}) / {dw * POOL_RUN} * {dw};
+      for (int gi = threadIdx.x; gi < runs; gi += blockDim.x) {{
+        const int q0 = (gi / {dw}) * {dw * POOL_RUN} + gi % {dw};
+        float win[{width}];
+        #pragma unroll
+        for (int c = 0; c < {width}; ++c) {{
+          const int j = sh + q0 + c * {dw};
+          win[c] = j < {span + 8} ? colv[j] : 0.0f;  /* columns past the span feed no output */
+        }}
+        #pragma unroll
+        for (int r = 0; r < {POOL_RUN}; ++r) {{
+          const int q = q0 + r * {dw};
+          if (q < n) {{
+            float acc = {t.neutral};
+            #pragma unroll
+            for (int c = 0; c < {kw}; ++c) {{
+              const float v = win[r + c];
+              {t.combine}
+            }}{finish}
+            outv[q] = acc;
+          }}
+        }}
+      }}
+      __syncthreads();
+      for (int q = threadIdx.x; q < n; q += blockDim.x) p.o[row * OW + ow0 + q] = outv[q];
+    }} else
+#endif"""
+
+
 def _window_rows(k: OpKernel, body: str, indent: str, counting: str = "") -> str:
     """The pooling window's (d, h) rows inside the input, `body` once a row (`d`, `h` in scope; d0, h0,
     ID, IH at the call site), indented by `indent`; `counting` runs first in each row."""
@@ -410,6 +473,11 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str]:
         kernels = (
             f"// @kf.tunable {tiled} in [1, 0] default 1\n#ifndef {tiled}\n#define {tiled} 1\n#endif\n"
             + kernels
+        )
+    runs = pool_runs_tunable(k, e)
+    if runs:
+        kernels = (
+            f"// @kf.tunable {runs} in [0, 1] default 0\n#ifndef {runs}\n#define {runs} 0\n#endif\n" + kernels
         )
     return kernels, _pool_launch(k, e, tiled, separable, vectorised)
 
@@ -559,6 +627,9 @@ def _pool_tiles(k: OpKernel, e: str, t: _PoolText) -> str:
     dd, dh, dw = t.dilation
     tw, span = _pool_tile(k)
     ext = (kw - 1) * dw + 1
+    runs = pool_runs_tunable(k, e)
+    run_path = _pool_runs(k, t, runs, span) if runs else ""
+    staging = f"\n#if {runs}\n  __shared__ float outv[{tw}];\n#endif" if runs else ""
     columns = _pool_columns(k, span)
     groups = _pool_groups(k, span)
     plural = "s" if columns > 1 else ""
@@ -580,7 +651,7 @@ def _pool_tiles(k: OpKernel, e: str, t: _PoolText) -> str:
    a group lies wholly inside the row or wholly in its padding), shared memory holding the columns from
    the group before the span's first, `sh` columns ahead of it. {t.geometry} */
 __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, int64_t tiles) {{
-  __shared__ __align__(16) float colv[{span + 8}];
+  __shared__ __align__(16) float colv[{span + 8}];{staging}
   /* the tile's place (row, first output, h, d, n*c), worked out by one thread: 64-bit divisions are
      emulated (tens of instructions each), and done by every thread they cost more than the tile's loads */
   __shared__ int64_t geo[5];
@@ -646,7 +717,7 @@ __global__ void __launch_bounds__(256) {e}_spool(const {e}_p p, int64_t rows, in
         if (j < span) colv[j] = cv[u];
       }}
     }}
-    __syncthreads();
+    __syncthreads();{run_path}
     for (int q = threadIdx.x; q < n; q += blockDim.x) {{
       const int ow = ow0 + q, w0 = ow * {sw} - {pw};
       float acc = {t.neutral};
