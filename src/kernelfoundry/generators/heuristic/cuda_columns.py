@@ -36,12 +36,17 @@ TCOLS_TUNABLES = (f"// @kf.tunable TCOLS_WIDTH in [32, 64, 128, 256] default {TC
 # 1024 columns, 3.9 blocks an SM. `KF_WCOLS` 2 keeps the one-row-group tiles and splits the rows over blocks
 # instead, until at least KF_WCOLS_SPLIT_BLOCKS blocks run (chunks of at least 64 rows, a multiple of 32),
 # each chunk's partial column results combined by a second kernel in chunk order (deterministic); the
-# partials are chunks x outer x inner floats, 0.2% of 47's input at its 8 chunks.
+# partials are chunks x outer x inner floats, 0.2% of 47's input at its 9 chunks.
+WCOLS_SPLIT_DEFAULT = 4224
 WCOLS_TUNABLES = (
     "// @kf.tunable KF_WCOLS in [0, 1, 2] default 0",
-    "// @kf.tunable KF_WCOLS_SPLIT_BLOCKS in [2112, 4224, 8448] default 4224",
+    f"// @kf.tunable KF_WCOLS_SPLIT_BLOCKS in [2112, 4224, 8448] default {WCOLS_SPLIT_DEFAULT}",
 )
-WCOLS_DEFAULTS = (("KF_WCOLS", 0), ("KF_WCOLS_MIN_BLOCKS", 264), ("KF_WCOLS_SPLIT_BLOCKS", 4224))
+WCOLS_DEFAULTS = (
+    ("KF_WCOLS", 0),
+    ("KF_WCOLS_MIN_BLOCKS", 264),
+    ("KF_WCOLS_SPLIT_BLOCKS", WCOLS_SPLIT_DEFAULT),
+)
 
 REALIGN4 = r"""
 /* The aligned float4 at p where it starts before `end`, zeros after: a float4 that starts inside the

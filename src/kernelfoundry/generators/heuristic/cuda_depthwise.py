@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernelfoundry.generators.heuristic.opkernels import OpKernel
+from kernelfoundry.generators.heuristic.opkernels import OpKernel, declared_tunable
 
 # Shared memory a depthwise tile may take (bytes); above it the generic convolution kernel is used.
 DEPTHWISE_TILE_BYTES = 40 * 1024
@@ -322,9 +322,7 @@ def depthwise_kernels(k: OpKernel, e: str) -> tuple[str, str]:
         column = _grid_launch(e, "dw", by * rows, bx, f"dim3({bx}, {by})", "  ")
     else:  # both apply: the tunable KF_DW_COLS_<entry> chooses, 4 `_dww`, 1 `_dw`
         tunable = f"KF_DW_COLS_{e.upper()}"
-        define = f"// @kf.tunable {tunable} in [4, 1] default 4\n#ifndef {tunable}\n#define {tunable} 4\n"
-        define += "#endif"
-        kernels = "\n".join((define, kernels, _wide_kernel(k, e, tile)))
+        kernels = "\n".join((declared_tunable(tunable, (4, 1), 4), kernels, _wide_kernel(k, e, tile)))
         wide = _grid_launch(
             e, "dww", WIDE_BY * WIDE_ROWS, WIDE_BX * WIDE_COLS, f"dim3({WIDE_BX}, {WIDE_BY})", "    "
         )

@@ -48,6 +48,13 @@ class OpKernel:
     bool_inputs: tuple[int, ...] = ()  # positions of inputs that are bool tensors (a scan's mask)
 
 
+def declared_tunable(name: str, values: tuple[int, ...], default: int) -> str:
+    """A unit's tunable: its `@kf.tunable` declaration (what the sweeps read) and its default define."""
+    listed = ", ".join(str(v) for v in values)
+    declaration = f"// @kf.tunable {name} in [{listed}] default {default}"
+    return f"{declaration}\n#ifndef {name}\n#define {name} {default}\n#endif"
+
+
 def scan_value(k: OpKernel, x: str, m: str, q: str) -> str:
     """A scan's input element at physical offset `q`: x's, times the mask's where the scan is masked
     (torch's `x * mask` of a bool mask: x * 1.0 or x * 0.0, so inf and NaN stay as torch has them)."""

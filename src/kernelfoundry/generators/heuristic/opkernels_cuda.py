@@ -33,7 +33,7 @@ import textwrap
 from dataclasses import dataclass
 
 from kernelfoundry.generators.heuristic.cuda_depthwise import depthwise_kernels, depthwise_specialised
-from kernelfoundry.generators.heuristic.opkernels import OpKernel, scan_value
+from kernelfoundry.generators.heuristic.opkernels import OpKernel, declared_tunable, scan_value
 
 _CHECK = "  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;\n}"
 
@@ -464,21 +464,16 @@ def _pool(k: OpKernel, e: str) -> tuple[str, str]:
     t = _pool_text(k)
     kernels = _pool_per_output(k, e, t)
     vectorised, separable = pool_vectorised(k), pool_separable(k)
+    runs = pool_runs_tunable(k, e)
     if vectorised:
         kernels += _pool_row_vector(k, e, t)
     if separable:
-        kernels += _pool_tiles(k, e, t)
+        kernels += _pool_tiles(k, e, t, runs)
     tiled = pool_tiled_tunable(k, e)
     if tiled:
-        kernels = (
-            f"// @kf.tunable {tiled} in [1, 0] default 1\n#ifndef {tiled}\n#define {tiled} 1\n#endif\n"
-            + kernels
-        )
-    runs = pool_runs_tunable(k, e)
+        kernels = declared_tunable(tiled, (1, 0), 1) + "\n" + kernels
     if runs:
-        kernels = (
-            f"// @kf.tunable {runs} in [0, 1] default 0\n#ifndef {runs}\n#define {runs} 0\n#endif\n" + kernels
-        )
+        kernels = declared_tunable(runs, (0, 1), 0) + "\n" + kernels
     return kernels, _pool_launch(k, e, tiled, separable, vectorised)
 
 
@@ -618,16 +613,15 @@ __global__ void __launch_bounds__(256) {e}_vpool(const {e}_p p, I total) {{
 }}"""
 
 
-def _pool_tiles(k: OpKernel, e: str, t: _PoolText) -> str:
+def _pool_tiles(k: OpKernel, e: str, t: _PoolText, runs: str | None) -> str:
     """`_spool`: a large window's separable tiles (its columns combined over the (d, h) taps into
-    shared memory, then each output over the width)."""
+    shared memory, then each output over the width); `runs`: the run path's tunable, if it has one."""
     kd, kh, kw = t.window
     sd, sh, sw = t.stride
     pd, ph, pw = t.padding
     dd, dh, dw = t.dilation
     tw, span = _pool_tile(k)
     ext = (kw - 1) * dw + 1
-    runs = pool_runs_tunable(k, e)
     run_path = _pool_runs(k, t, runs, span) if runs else ""
     staging = f"\n#if {runs}\n  __shared__ float outv[{tw}];\n#endif" if runs else ""
     columns = _pool_columns(k, span)
