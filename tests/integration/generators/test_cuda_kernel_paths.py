@@ -690,35 +690,30 @@ def test_a_middle_dim_reduction_in_wide_tiles_split_over_row_chunks_matches_torc
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not cuda_ready(), reason="needs nvcc and a CUDA device")
-@pytest.mark.parametrize("split_blocks", SPLIT_BLOCKS)
-@pytest.mark.parametrize("case", SPLIT_COLUMNS)
-def test_a_middle_dim_reduction_split_over_row_chunks_on_the_gpu(
-    case: str, split_blocks: int, tmp_path: Path
-) -> None:
-    import torch
-
-    task, wide = wide_column_seeds(case)
-    for kernel in wide:
-        lib = build_unit(kernel, tmp_path, {"KF_WCOLS": 2, "KF_WCOLS_SPLIT_BLOCKS": split_blocks})
-        got, expected = run(task, kernel, lib, device="cuda")
-        torch.cuda.synchronize()
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+# The wide tiles on a GPU: one chunk at every row-group choice (KF_WCOLS 1), and rows split over chunks
+# (KF_WCOLS 2) where the rows are long enough
+WIDE_GPU_BUILDS = [
+    pytest.param(case, {"KF_WCOLS": 1, "KF_WCOLS_MIN_BLOCKS": blocks}, id=f"{case}-min{blocks}")
+    for case in WIDE_COLUMNS
+    for blocks in WIDE_COLUMN_BLOCKS
+] + [
+    pytest.param(case, {"KF_WCOLS": 2, "KF_WCOLS_SPLIT_BLOCKS": blocks}, id=f"{case}-split{blocks}")
+    for case in SPLIT_COLUMNS
+    for blocks in SPLIT_BLOCKS
+]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_ready(), reason="needs nvcc and a CUDA device")
-@pytest.mark.parametrize("min_blocks", WIDE_COLUMN_BLOCKS)
-@pytest.mark.parametrize("case", WIDE_COLUMNS)
+@pytest.mark.parametrize(("case", "params"), WIDE_GPU_BUILDS)
 def test_a_middle_dim_reduction_over_unaligned_rows_in_wide_tiles_on_the_gpu(
-    case: str, min_blocks: int, tmp_path: Path
+    case: str, params: dict[str, int], tmp_path: Path
 ) -> None:
     import torch
 
     task, wide = wide_column_seeds(case)
     for kernel in wide:
-        lib = build_unit(kernel, tmp_path, {"KF_WCOLS": 1, "KF_WCOLS_MIN_BLOCKS": min_blocks})
+        lib = build_unit(kernel, tmp_path, params)
         got, expected = run(task, kernel, lib, device="cuda")
         torch.cuda.synchronize()
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
