@@ -28,7 +28,6 @@ from test_cuda_conv import (
 )
 
 from kernelfoundry.tasks.model import ShapeVariant, Task
-from tests.fixtures.conv_tasks import conv_task as fixture_conv_task
 from tests.integration.generators.cuda_judge import with_params
 
 pytestmark = pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
@@ -191,46 +190,6 @@ def test_the_span_stages_of_16_channels_match_torch(name: str, tf32: bool, tmp_p
         )
     tolerance = 1e-2 if tf32 else 1e-4
     for combo, (got, expected) in zip(SPAN_DEPTH_COMBOS, results, strict=True):
-        torch.testing.assert_close(
-            got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
-        )
-
-
-# More tiles than the emulation's blocks (4 SMs, one block each): each block takes several tiles, its
-# slice stream crossing from one tile into the next, with partial output-channel and pixel tiles and
-# partial slices (12 and 20 channels)
-PERSISTENT_CONVS = {
-    "1d_span_tiles": ("nn.Conv1d(12, 40, 5, stride=2, padding=2)", "self.conv(x)", "2, 12, 1401"),
-    "pointwise_tiles": ("nn.Conv2d(20, 36, 1)", "torch.relu(self.conv(x)) * 0.5", "3, 20, 20, 30"),
-}
-PERSISTENT_COMBOS = [  # at the unit's defaults, then 32-row tiles at each pipeline depth
-    {"KF_SPAN": 1, "KF_PERSIST": 1},
-    {"KF_SPAN": 1, "KF_PERSIST": 1, "BM": 32, "KF_WN": 4, "KF_STAGES": 2},
-    {"KF_SPAN": 1, "KF_PERSIST": 1, "BM": 32, "KF_WN": 4, "KF_STAGES": 4, "KF_SPAN_CH": 16},
-]
-
-
-@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "3xtf32"])
-@pytest.mark.parametrize("name", [*PERSISTENT_CONVS, "t1d_span", "3d_pointwise_span"])
-def test_the_persistent_span_kernel_matches_torch(name: str, tf32: bool, tmp_path: Path) -> None:
-    """KF_PERSIST 1 (cuda_conv_span.persistent_kernel): a grid of the blocks that fit at once, each
-    taking every gridDim.x-th tile, the stages filled from one stream of (tile, slice) pairs, each tile's
-    rows stored when its last slice is multiplied; images, groups (transposed, pointwise of 4-byte
-    copies) and the tail."""
-    import torch
-
-    if name in PERSISTENT_CONVS:
-        module, body, shape = PERSISTENT_CONVS[name]
-        t = fixture_conv_task(f"conv_{name}", module, shape, body, TF32_TOLERANCE if tf32 else None)
-    else:
-        t = conv_task(name, tf32)
-    source = conv_source(t, tf32)
-    combos = declared(source, PERSISTENT_COMBOS)
-    assert combos == PERSISTENT_COMBOS, f"{name}: no persistent span kernel"
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), combos))
-    tolerance = 1e-2 if tf32 else 1e-4
-    for combo, (got, expected) in zip(combos, results, strict=True):
         torch.testing.assert_close(
             got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
         )

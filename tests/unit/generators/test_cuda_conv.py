@@ -84,7 +84,7 @@ def test_the_tail_reads_its_per_channel_operands_by_the_output_row() -> None:
     assert (
         "geo.C0[cbase + rc]" in code and "geo.C3[cbase + rc]" in code
     )  # the BatchNorm statistics and affine
-    assert "(int)OW, (int)(NB * KF_GROUPS), C0, C1, C2, C3};" in code  # the kernel's argument carries them
+    assert "(int)OD, (int)OH, (int)OW, C0, C1, C2, C3};" in code  # the kernel's argument carries them
     assert "// @kf.tunable BM in [32, 64, 128] default 64" in code  # 64 output channels
 
 

@@ -537,7 +537,7 @@ def _phase_setup(plan: ConvPlan) -> str:
 def _args_struct(plan: ConvPlan, nhwc: bool) -> str:
     """The kernel's own argument: the sizes read from the tensors at run time (the filter's taps,
     stride, padding and dilation are baked) and the tail's per-channel operands and constants."""
-    fields = ["  int CI, ID, IH, IW, OD, OH, OW, NBG;  /* NBG: images x groups */"]
+    fields = ["  int CI, ID, IH, IW, OD, OH, OW;"]
     fields += [f"  const float* C{k};" for k in range(len(plan.channel_leaves))]
     fields += [f"  float S{k};" for k in range(len(plan.scalar_leaves))]
     return "\n".join(
@@ -703,23 +703,6 @@ def _operand_lines(plan: ConvPlan) -> list[str]:
     return out
 
 
-def _persistent_grid() -> list[str]:
-    """The persistent span kernel's grid (KF_SPAN_PERSIST, after the shared-memory attribute is set): as
-    many blocks as fit on the device at once, at most one a tile."""
-    return [
-        "#if KF_SPAN_PERSIST",
-        "  int dev = 0, sms = 0, per_sm = 0;",
-        "  if (cudaGetDevice(&dev) != cudaSuccess ||",
-        "      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||",
-        "      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kf_conv, 256, smem) != cudaSuccess)",
-        "    return KF_ERR_LAUNCH;",
-        "  const int64_t tiles = ptiles * ctiles * NB * KF_GROUPS;",
-        "  const int64_t fit = (int64_t)(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);",
-        "  const dim3 grid((unsigned)(tiles < 1 ? 1 : tiles < fit ? tiles : fit));",
-        "#endif",
-    ]
-
-
 def _per_channel(index: int, shape: str, var: str) -> list[str]:
     declare = "" if var == "B" else "const float* "
     return [
@@ -787,7 +770,6 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         depths = ", ".join(str(c) for c in spans.channel_depths(plan))
         tunables.append(f"// @kf.tunable KF_SPAN_CH in [{depths}] default {spans.CHANNELS}")
         defaults["KF_SPAN_CH"] = spans.CHANNELS
-        tunables.append(spans.PERSIST_TUNABLE)  # the persistent span kernel: unmeasured, off
     lines = [*header, variant.line(), *tunables]
     for name, value in defaults.items():
         lines += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
@@ -819,20 +801,17 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         if strip:
             lines.append("#endif")
         lines.append("#else  /* mma.sync */")
-    epilogue = _epilogue(graph, plan, TC_LAYOUT)
     if span:
         lines += [(_OPEN + _COPIES).rstrip("\n"), spans.span_defines(plan).rstrip("\n")]
-        lines += [spans.persistent_defines(), _first_pixel(plan, _KERNEL_OPEN).rstrip("\n")]
-        span_step = TC_STEP.replace("k8 < BK", "k8 < KF_SK")  # a stage's k: every tap of its channels
-        persistent = spans.persistent_kernel(plan, span_step, epilogue[:-1]).rstrip("\n")
-        lines += ["#if KF_SPAN_PERSIST", persistent, "#else", "#if KF_SPAN"]
+        lines += [_first_pixel(plan, _KERNEL_OPEN).rstrip("\n"), "#if KF_SPAN"]
         lines += [spans.span_prologue(plan).rstrip("\n"), spans.span_loads(plan).rstrip("\n")]
+        span_step = TC_STEP.replace("k8 < BK", "k8 < KF_SK")  # a stage's k: every tap of its channels
         span_loop = pipelined_main_loop(spans.SLICES, "{s}", spans.fragments(plan), span_step)
         lines += [span_loop.rstrip("\n"), "#else  /* gathers */"]
         lines += [prologue, loads, _MAIN_LOOP.rstrip("\n"), "#endif"]
-        lines += [*epilogue, "#endif  /* KF_SPAN_PERSIST */"]
     else:
-        lines += [_open(plan).rstrip("\n"), prologue, loads, _MAIN_LOOP.rstrip("\n"), *epilogue]
+        lines += [_open(plan).rstrip("\n"), prologue, loads, _MAIN_LOOP.rstrip("\n")]
+    lines += _epilogue(graph, plan, TC_LAYOUT)
     if warpgroups:
         lines.append("#endif")
     if nhwc:
@@ -867,7 +846,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     w("  if (ctiles > 65535 || NB * KF_GROUPS > 65535) return KF_ERR_UNSUPPORTED;")
     tail = [f"C{k}" for k in range(len(plan.channel_leaves))]
     tail += [f"S{k}" for k in range(len(plan.scalar_leaves))]
-    sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW, (int)(NB * KF_GROUPS)"
+    sizes = "(int)CI, (int)ID, (int)IH, (int)IW, (int)OD, (int)OH, (int)OW"
     w(f"  const kf_conv_args geo = {{{', '.join([sizes, *tail])}}};")
     if strip:  # the strip's tiles end with their rows: its float2 stores need even rows
         w("#if KF_STRIP")
@@ -889,11 +868,7 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if span:
         w("#endif")
     xtiles = "(ptiles * KF_PHASES)" if phases.phased(plan) else "ptiles"
-    if span:  # the persistent kernel's grid is set after the shared-memory attribute
-        w("#if !KF_SPAN_PERSIST")
     w(f"  const dim3 grid((unsigned){xtiles}, (unsigned)ctiles, (unsigned)(NB * KF_GROUPS));")
-    if span:
-        w("#endif")
     w("  const size_t smem = sizeof(float) * KF_SMEM_FLOATS;")
     w("  const cudaFuncAttribute most = cudaFuncAttributeMaxDynamicSharedMemorySize;")
     w("  if (smem > 48 * 1024 && cudaFuncSetAttribute(kf_conv, most, (int)smem) != cudaSuccess)")
@@ -919,8 +894,6 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         w("  if (fil) cudaFreeAsync(fil, st);")
         w("  return rc;")
     else:
-        if span:
-            lines += _persistent_grid()
         w("  /* K = 0 (no input channels): no slice, zeros plus the tail */")
         w("  kf_conv<<<grid, 256, smem, st>>>((int)M, (int)P, (int)K, Wt, X, B, O, vec_out, a_vec, geo);")
         w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")

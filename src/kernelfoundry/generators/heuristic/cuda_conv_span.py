@@ -146,16 +146,11 @@ def span_defines(plan: ConvPlan) -> str:
 """
 
 
-def _span_start(plan: ConvPlan, n0: str) -> str:
-    """The first input position the tile of output pixels from `n0` reads (may be negative: padding);
-    transposed, pixel n reads n + P - tap * D, so the span starts at the last tap's position."""
-    return f"{n0} + KF_PW - (KF_KW - 1) * KF_DW" if plan.transposed else f"{n0} * KF_SW - KF_PW"
-
-
 def span_prologue(plan: ConvPlan) -> str:
     """The block's image, group and planes, and the span's first input position: 16-byte aligned, with
     the tile's first read `shift` floats into it."""
-    start = _span_start(plan, "n0")
+    # transposed, pixel n reads n + P - tap * D: the span starts at the last tap's position
+    start = "n0 + KF_PW - (KF_KW - 1) * KF_DW" if plan.transposed else "n0 * KF_SW - KF_PW"
     return rf"""
   const int64_t image = blockIdx.z / KF_GROUPS, group = blockIdx.z % KF_GROUPS;
   const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
@@ -172,15 +167,13 @@ def span_prologue(plan: ConvPlan) -> str:
 """
 
 
-def span_loads(plan: ConvPlan, per_tile: bool = False) -> str:
+def span_loads(plan: ConvPlan) -> str:
     """`load_a(st, s)`: the filters of channel slice s at every tap into rows of (tap, channel), 4 bytes a
     copy (zeros past M or the group's channels); `load_b(st, s)`: the slice's spans, 16 bytes a copy
     where the run lies in the row (zeros past the group's channels), else 4 bytes a copy with zeros
-    outside the row. `per_tile`: each also takes its tile (the persistent kernel's: `load_a(st, s, m0,
-    X)` with the tile's first row and its group's filters, `load_b(st, s, a0, W)` with the span's first
-    aligned position and the group's input rows)."""
+    outside the row."""
     if filters_by_channel(plan):
-        load_a = r"""  auto load_a = [&](@A_PARAMS@) {
+        load_a = r"""  auto load_a = [&](int st, int s) {
     /* row r's slice: the filters' run [s * KF_SK, s * KF_SK + KF_SK) of output channel m0 + r, (channel,
        tap) as they lie; K % 4 == 0 (filter_vec): a quad is in range or past K whole */
     const int64_t k0 = (int64_t)s * KF_SK;
@@ -208,7 +201,7 @@ def span_loads(plan: ConvPlan, per_tile: bool = False) -> str:
             source = "X + ((int64_t)ci * M + gm) * KF_KW + (KF_KW - 1 - tap)"
         else:  # (CO, CI / G, taps)
             source = "X + (int64_t)gm * K + ci * KF_KW + tap"
-        load_a = rf"""  auto load_a = [&](@A_PARAMS@) {{
+        load_a = rf"""  auto load_a = [&](int st, int s) {{
     #pragma unroll 1
     for (int l = 0; l < (BM * KF_SK + 255) / 256; ++l) {{
       const int e = tid + l * 256, r = e / KF_SK, kk = e % KF_SK, tap = kk / KF_SPAN_CH;
@@ -218,13 +211,9 @@ def span_loads(plan: ConvPlan, per_tile: bool = False) -> str:
     }}
   }};
 """
-    a_params, b_params = "int st, int s", "int st, int s"
-    if per_tile:
-        a_params += ", int m0, const float* __restrict__ X"
-        b_params += ", int a0, const float* __restrict__ W"
     return (
-        load_a.replace("@A_PARAMS@", a_params)
-        + r"""  auto load_b = [&](@B_PARAMS@) {
+        load_a
+        + r"""  auto load_b = [&](int st, int s) {
     constexpr int quads = KF_SPAN_LEN / 4;
     #pragma unroll 1
     for (int l = 0; l < (KF_SPAN_CH * quads + 255) / 256; ++l) {
@@ -243,7 +232,7 @@ def span_loads(plan: ConvPlan, per_tile: bool = False) -> str:
       }
     }
   };
-""".replace("@B_PARAMS@", b_params)
+"""
     )
 
 
@@ -258,111 +247,4 @@ def fragments(plan: ConvPlan) -> str:
     a = "(k) % KF_SPAN_CH * KF_KW + (k) / KF_SPAN_CH" if filters_by_channel(plan) else "k"
     return f"""#define KF_A_FRAG(k, r) As[cur][r][{a}]
 #define KF_B_FRAG(k, c) Bs[cur][(k) % KF_SPAN_CH][(c) * KF_SW + (k) / KF_SPAN_CH * KF_DW + shift]
-"""
-
-
-# The persistent span kernel (KF_PERSIST, swept): a grid of the blocks that fit on the device at once,
-# each taking tiles blockIdx.x, blockIdx.x + gridDim.x, ... (output-channel tiles fastest, so the blocks
-# in flight together read the same spans), its k slices one stream through the stages across its tiles
-PERSIST_TUNABLE = "// @kf.tunable KF_PERSIST in [0, 1] default 0"
-
-
-def persistent_defines() -> str:
-    """KF_PERSIST's default (off: unmeasured) and its switch, which needs the span."""
-    return """#ifndef KF_PERSIST
-#define KF_PERSIST 0
-#endif
-#define KF_SPAN_PERSIST (KF_SPAN && KF_PERSIST)"""
-
-
-def persistent_kernel(plan: ConvPlan, step: str, epilogue: list[str]) -> str:
-    """The rest of the persistent span kernel after its opening (cuda_conv._KERNEL_OPEN), closing it.
-
-    Without it a block multiplies one tile and then stores it, and nothing of its SM's share of DRAM's
-    bandwidth is in flight while it stores: on a pointwise conv (level1/87) the output is two thirds of
-    the bytes moved. Here a block's stages are filled from one stream of (tile, slice) pairs: while the
-    last slices of a tile are multiplied and its accumulators stored (`epilogue`: cuda_conv._epilogue's
-    rows, without the kernel's closing brace, over `m0`, `n0`, `out` and `cbase` of the tile), the first
-    KF_STAGES - 1 slices of the block's next tile are already being copied. `step` is the span's MMA
-    step over stage `cur`."""
-    start = _span_start(plan, "r.n0")
-    loads = span_loads(plan, per_tile=True).rstrip("\n")
-    body = "\n".join("  " + line if line else line for line in epilogue)
-    return rf"""
-  const int64_t cig = geo.CI / KF_GROUPS;  /* input channels a group */
-  const int plane = geo.ID * geo.IH * geo.IW;  /* a channel's row: IW in 1-D (fits an int: checked) */
-  const int span_vec = a_vec & 1;  /* rows 16-byte aligned: the span copied 16 bytes at a time */
-  const int filter_vec = a_vec >> 1;  /* K % 4 == 0, aligned: (channel, tap) filter rows 16 bytes a copy */
-  (void)filter_vec;
-  (void)m0;
-  (void)n0;
-  float* __restrict__ const out0 = out;
-  const int64_t ctiles = (M + BM - 1) / BM, ptiles = (N + BN - 1) / BN;
-  const int64_t tiles = ctiles * ptiles * geo.NBG;  /* (output-channel tile, pixel tile, image x group) */
-  const int64_t mine = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  struct kf_tile {{
-    int m0, n0, a0, shift;
-    int64_t image, group;
-  }};
-  /* the block's j-th tile: its first output channel and pixel, its image and group, and its span's
-     first aligned input position a0, the tile's first read `shift` floats past it */
-  auto tile_at = [&](int64_t j) {{
-    const int64_t t = blockIdx.x + j * gridDim.x, rest = t / ctiles, z = rest / ptiles;
-    kf_tile r;
-    r.m0 = (int)(t - rest * ctiles) * BM;
-    r.n0 = (int)(rest - z * ptiles) * BN;
-    r.image = z / KF_GROUPS;
-    r.group = z % KF_GROUPS;
-    const int start = {start};
-    r.a0 = start - ((start % 4) + 4) % 4;
-    r.shift = start - r.a0;
-    return r;
-  }};
-{loads}
-  /* no input channels: one slice of zeros a tile, so that each tile still stores its bias and tail */
-  const int slices = max({SLICES}, 1);
-  /* the copy cursor: slice ls of the block's tile lj (lt), KF_STAGES - 1 slices ahead of the MMAs */
-  int64_t lj = 0;
-  int ls = 0;
-  kf_tile lt = tile_at(0);
-  auto load_next = [&](int st) {{
-    if (lj >= mine) return;
-    load_a(st, ls, lt.m0, X + lt.group * (int64_t)M * K);
-    load_b(st, ls, lt.a0, W + (lt.image * geo.CI + lt.group * cig) * (int64_t)plane);
-    if (++ls == slices) {{
-      ls = 0;
-      lt = tile_at(++lj);
-    }}
-  }};
-  #pragma unroll
-  for (int s = 0; s < KF_STAGES - 1; ++s) {{
-    load_next(s);
-    asm volatile("cp.async.commit_group;");
-  }}
-{fragments(plan)}  /* the MMA cursor: slice cs of the block's tile cj (ct) */
-  int64_t cj = 0;
-  int cs = 0;
-  kf_tile ct = tile_at(0);
-  for (int64_t q = 0; q < mine * slices; ++q) {{
-    /* as the one-tile loop (cuda_conv.pipelined_main_loop): slice q has landed, stage (q - 1) is free */
-    asm volatile("cp.async.wait_group %0;" ::"n"(KF_STAGES - 2));
-    __syncthreads();
-    load_next((int)((q + KF_STAGES - 1) % KF_STAGES));
-    asm volatile("cp.async.commit_group;");  /* an empty group past the end keeps the count */
-    const int cur = (int)(q % KF_STAGES), shift = ct.shift;
-{step}    if (++cs < slices) continue;
-    {{  /* the tile's last slice: its rows stored while the next tile's first slices are copied */
-      const int m0 = ct.m0, n0 = ct.n0, cbase = (int)(ct.group * M);
-      float* __restrict__ const out = out0 + (ct.image * KF_GROUPS + ct.group) * (int64_t)M * N;
-{body}
-    }}
-    #pragma unroll
-    for (int i = 0; i < KF_TM; ++i) {{
-      #pragma unroll
-      for (int j = 0; j < KF_TN; ++j) acc[i][j] = 0.0f;
-    }}
-    cs = 0;
-    ct = tile_at(++cj);
-  }}
-}}
 """
