@@ -90,13 +90,17 @@ RUNS = ["max_pool1d_dilated_rows_of_several_tiles", "avg_pool1d_rows_of_several_
 @pytest.mark.parametrize("case", RUNS)
 def test_a_1d_pooling_of_stride_1_offers_the_tiles_run_path_as_a_tunable(case: str, tmp_path: Path) -> None:
     """Runs of outputs a thread, their columns read once into registers, the outputs staged in shared
-    memory: the interior tile's outputs match torch, and the edge tiles' (the output loop) too."""
+    memory (the default): the interior tile's outputs match torch, and the edge tiles' (the output loop)
+    too; and at the tunable's other value, the output loop everywhere."""
     import torch
 
     _, kernel = first_candidate(case, CASES[case])
-    assert {t.name: t.values for t in kernel.tunables}["KF_POOL_RUNS_KF_OP0"] == (0, 1)
-    got, expected = run_emulated(case, tmp_path, {"KF_POOL_RUNS_KF_OP0": 1})
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3)
+    assert {t.name: t.values for t in kernel.tunables}["KF_POOL_RUNS_KF_OP0"] == (1, 0)
+    for runs in (1, 0):
+        got, expected = run_emulated(case, tmp_path, {"KF_POOL_RUNS_KF_OP0": runs})
+        torch.testing.assert_close(
+            got, expected, rtol=1e-4, atol=1e-3, msg=lambda m, r=runs: f"runs {r}: {m}"
+        )
 
 
 # strides 1: the 4 x 4 patch kernel by default, the one-column kernel at the tunable's other value
