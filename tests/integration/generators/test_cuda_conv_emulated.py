@@ -28,6 +28,7 @@ from test_cuda_conv import (
 )
 
 from kernelfoundry.tasks.model import ShapeVariant, Task
+from tests.fixtures.conv_tasks import conv_task as fixture_conv_task
 from tests.integration.generators.cuda_judge import with_params
 
 pytestmark = pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
@@ -190,6 +191,45 @@ def test_the_span_stages_of_16_channels_match_torch(name: str, tf32: bool, tmp_p
         )
     tolerance = 1e-2 if tf32 else 1e-4
     for combo, (got, expected) in zip(SPAN_DEPTH_COMBOS, results, strict=True):
+        torch.testing.assert_close(
+            got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
+        )
+
+
+# Pointwise convs over several pixel tiles, the last partial, partial output-channel tiles and partial k
+# slices (20 channels): planes of a multiple of 4 (16-byte copies) and of 405 (4-byte copies); and
+# 3d_pointwise_span's planes of 105 in two groups
+POINTWISE_GATHERS = {
+    "pointwise_rows": ("nn.Conv2d(20, 36, 1)", "torch.relu(self.conv(x)) * 0.5", "3, 20, 20, 30"),
+    "pointwise_odd_rows": ("nn.Conv2d(20, 36, 1)", "self.conv(x)", "2, 20, 15, 27"),
+}
+POINTWISE_COMBOS = [  # the gather (the span off) at the defaults, the narrow warps and the deep slices
+    {"KF_SPAN": 0},
+    {"KF_SPAN": 0, "BM": 128, "BK": 8, "KF_STAGES": 2, "KF_WN": 4},
+    {"KF_SPAN": 0, "BM": 32, "BK": 32, "KF_STAGES": 4},
+]
+
+
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "3xtf32"])
+@pytest.mark.parametrize("name", [*POINTWISE_GATHERS, "3d_pointwise_span"])
+def test_the_pointwise_gather_copies_runs_of_the_planes(name: str, tf32: bool, tmp_path: Path) -> None:
+    """A pointwise conv's B slices (cuda_conv._POINTWISE_LOAD_B) are runs of the input's planes: 16
+    bytes a copy where the planes are 16-byte aligned, else 4 bytes; zeros past N and past K."""
+    import torch
+
+    if name in POINTWISE_GATHERS:
+        module, body, shape = POINTWISE_GATHERS[name]
+        t = fixture_conv_task(f"conv_{name}", module, shape, body, TF32_TOLERANCE if tf32 else None)
+    else:
+        t = conv_task(name, tf32)
+    source = conv_source(t, tf32)
+    assert "if (a_vec & 2) {" in source.code
+    with ThreadPoolExecutor(2) as pool:
+        results = list(
+            pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), POINTWISE_COMBOS)
+        )
+    tolerance = 1e-2 if tf32 else 1e-4
+    for combo, (got, expected) in zip(POINTWISE_COMBOS, results, strict=True):
         torch.testing.assert_close(
             got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
         )

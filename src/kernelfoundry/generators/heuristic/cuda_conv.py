@@ -231,12 +231,12 @@ def _prologue(plan: ConvPlan) -> str:
   const int k4 = tid >> 5;
 """
         + _phase_setup(plan)
-        + _pixel_positions(plan, "KF_PX", "n0 + lane + 32 * u")
+        + ("" if _pointwise(plan) else _pixel_positions(plan, "KF_PX", "n0 + lane + 32 * u"))
     )
 
 
 _LOAD_A = r"""  auto load_a = [&](int st, int k0) {
-    if (a_vec) {
+    if (a_vec & 1) {
       #pragma unroll
       for (int l = 0; l < (BM * BK / 4 + 255) / 256; ++l) {
         const int e = tid + l * 256, r = e / (BK / 4), kk = e % (BK / 4) * 4;
@@ -270,6 +270,8 @@ def _loads(plan: ConvPlan) -> str:
     else:
         decode = """const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;
       const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;"""
+    if _pointwise(plan):
+        return _LOAD_A + _POINTWISE_LOAD_B
     return (
         _LOAD_A
         + f"""  auto load_b = [&](int st, int k0) {{
@@ -288,6 +290,41 @@ def _loads(plan: ConvPlan) -> str:
   }};
 """
     )
+
+
+def _pointwise(plan: ConvPlan) -> bool:
+    """A pointwise conv (one tap, stride 1, no padding): k row gk of output pixel n is input channel
+    gk's element n, so B's slices are runs of the input's planes (`_pointwise_loads`)."""
+    return spans.pointwise(plan) and not phases.phased(plan)
+
+
+_POINTWISE_LOAD_B = r"""  auto load_b = [&](int st, int k0) {
+    if (a_vec & 2) {  /* 16-byte aligned planes; N % 4 == 0: a quad is in range or past N whole */
+      /* thread tid copies columns c .. c + 3 of rows kk0 + l * (1024 / BN) */
+      const int kk0 = tid / (BN / 4), c = tid % (BN / 4) * 4;
+      const bool in = n0 + c < N;
+      const float* __restrict__ src = W + (int64_t)(k0 + kk0) * plane + n0 + c;
+      #pragma unroll
+      for (int l = 0; l < BK * BN / 1024; ++l) {
+        const int kk = kk0 + l * (1024 / BN);
+        const bool ok = in && k0 + kk < K;
+        kf_cp16(&Bs[st][kk][c], ok ? src + (int64_t)l * (1024 / BN) * plane : W, ok);
+      }
+    } else {  /* a loop, not unrolled: unrolled, its addresses cost the main loop spills */
+      #pragma unroll 1
+      for (int l = 0; l < BK * BN / 256; ++l) {
+        const int e = tid + l * 256, kk = e / BN, c = e % BN, gk = k0 + kk;
+        const bool ok = gk < K && n0 + c < N;
+        kf_cp4(&Bs[st][kk][c], ok ? W + (int64_t)gk * plane + n0 + c : W, ok);
+      }
+    }
+  };
+"""
+"""A pointwise conv's B slice: its k rows are runs of the input's planes, copied 16 bytes at a time
+where the planes are 16-byte aligned (bit 1 of a_vec), a quarter of the gather's copies, else 4 bytes
+at a time; either without the gather's tap decode, six bounds checks and per-pixel state. On the H100
+level1/87's gather issued 2.1 times cuBLAS's instructions a cycle, half its issue slots idle on
+dependencies (Nsight Compute, bench/results/h100_2026-12-07c/)."""
 
 
 def _linear_taps(plan: ConvPlan) -> bool:
@@ -864,7 +901,11 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         w("  const int a_vec = ((ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0)")
         w(f"                    | ({contiguous}) << 1;  /* 16-byte copies: input, filters */")
         w("#else")
-    w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
+    if not nhwc and _pointwise(plan):
+        # and a pointwise conv's B slices where the input's planes are 16-byte aligned (bit 1)
+        w(f"  const int a_vec = ({contiguous}) | ((ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0) << 1;")
+    else:
+        w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
     if span:
         w("#endif")
     xtiles = "(ptiles * KF_PHASES)" if phases.phased(plan) else "ptiles"
