@@ -203,9 +203,11 @@ POINTWISE_GATHERS = {
     "pointwise_rows": ("nn.Conv2d(20, 36, 1)", "torch.relu(self.conv(x)) * 0.5", "3, 20, 20, 30"),
     "pointwise_odd_rows": ("nn.Conv2d(20, 36, 1)", "self.conv(x)", "2, 20, 15, 27"),
 }
-POINTWISE_COMBOS = [  # the gather (the span off) at the defaults, the narrow warps and the deep slices
+POINTWISE_COMBOS = [  # the gather (the span off) at the defaults, 128-row tiles of both warp widths (the
+    # wide ones level1/87's default), and the deep slices
     {"KF_SPAN": 0},
     {"KF_SPAN": 0, "BM": 128, "BK": 8, "KF_STAGES": 2, "KF_WN": 4},
+    {"KF_SPAN": 0, "BM": 128, "KF_WN": 8, "KF_MIN_BLOCKS": 1},
     {"KF_SPAN": 0, "BM": 32, "BK": 32, "KF_STAGES": 4},
 ]
 

@@ -398,7 +398,8 @@ def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
     """KF_SPAN (cuda_conv_span.py) is declared in the NCL / NCHW unit of a conv whose pixels read one span
     of each channel: a 1-D conv, forward or transposed of stride 1, or a pointwise conv of any dimension
     (its planes flattened); on by default where a block holds at most 64 output channels, off at 128
-    (two blocks an SM of 128 x 128 tiles either way). Its B fragments are read from the span at the
+    (two blocks an SM of 128 x 128 tiles either way, but one block of 128 x 256 for a pointwise conv's
+    gather of plane runs, as measured). Its B fragments are read from the span at the
     pixel's stride and the tap's dilation; the span is copied 16 bytes at a time where the input's planes
     are 16-byte aligned (`a_vec` in span mode)."""
     (unit,) = [c.source for c in family(conv_task(module, shape)) if parse_variant(c.source.code).tf32]
@@ -410,8 +411,10 @@ def test_a_1d_or_pointwise_conv_read_in_ncl_copies_one_input_span_a_channel(
     # on by default up to 64 channels a block, and at 128 for forward 1-D convs of odd taps (more than one)
     odd_taps_1d = "Conv1d(" in module and module.split(", ")[2] in {"3", "5", "7"}
     assert declared["KF_SPAN"] == ((0, 1), 0 if wide and not odd_taps_1d else 1)
-    if wide:  # two blocks an SM of 128 x 128 tiles, span or gather (as measured)
-        assert (declared["KF_WN"][1], declared["KF_MIN_BLOCKS"][1]) == (4, 2)
+    pointwise_gather = module.split(", ")[2].rstrip(")") == "1" and declared["KF_SPAN"][1] == 0
+    if wide:  # two blocks an SM of 128 x 128 tiles, span or gather; one of 128 x 256 (as measured)
+        tile = (8, 1) if pointwise_gather else (4, 2)
+        assert (declared["KF_WN"][1], declared["KF_MIN_BLOCKS"][1]) == tile
     code = unit.code
     assert code.index("#if KF_SPAN") < code.index("#else  /* gathers */")
     b_frag = "Bs[cur][(k) % KF_SPAN_CH][(c) * KF_SW + (k) / KF_SPAN_CH * KF_DW + shift]"

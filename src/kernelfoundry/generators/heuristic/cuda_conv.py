@@ -766,9 +766,11 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         wn, blocks = 4, 2
     span = not nhwc and spans.span_applies(plan)
     span_on = span and span_by_default(plan)  # swept either way
-    if span and bm == 128:
+    if span and bm == 128 and (span_on or not _pointwise(plan)):
         # the tile those units were measured with, span or gather: two blocks an SM of 128 x 128 (the
-        # gather ran 76 at 9.66 ms with it; one block of 128 x 256 slowed the span 5-15% on 76, 67, 87)
+        # gather ran 76 at 9.66 ms with it; one block of 128 x 256 slowed the span 5-15% on 76, 67, 87).
+        # A pointwise conv's gather of plane runs keeps one block of 128 x 256: on the H100 level1/87's
+        # conv 5.16 ms against 5.89 at 128 x 128 (bench/results/h100_2026-12-07c/, cuBLAS 4.54)
         wn, blocks = 4, 2
     warpgroups = nhwc and variant.tf32  # the unit holds the warpgroup kernel beside the mma.sync one
     strip = warpgroups and strips.strip_applies(plan)
