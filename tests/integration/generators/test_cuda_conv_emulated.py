@@ -235,3 +235,33 @@ def test_the_pointwise_gather_copies_runs_of_the_planes(name: str, tf32: bool, t
         torch.testing.assert_close(
             got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
         )
+
+
+ROUNDED_COMBOS = [  # the filters rounded to TF32 before the kernel: the gather, the span, a 128-row tile
+    {"KF_A_ROUNDED": 1, "KF_SPAN": 0},
+    {"KF_A_ROUNDED": 1, "KF_SPAN": 1},
+    {"KF_A_ROUNDED": 1, "KF_SPAN": 0, "BM": 128, "KF_WN": 8, "KF_MIN_BLOCKS": 1},
+]
+
+
+@pytest.mark.parametrize("name", ["pointwise_tail", "1d_span", "t1d_span"])
+def test_the_one_product_nchw_conv_may_take_its_filters_rounded_before_the_kernel(
+    name: str, tmp_path: Path
+) -> None:
+    """KF_A_ROUNDED 1: the filters rounded to TF32 into scratch by kf_round_filters, their fragment reads
+    taking the bits as they are (cuda_gemm_tc.kf_split_tf32_a); forward and transposed filter layouts,
+    groups, the tail. The same TF32 products in the same order as rounding at every read: the outputs
+    are identical to KF_A_ROUNDED 0's, and within TF32's tolerance of torch."""
+    import torch
+
+    t = conv_task(name, True)
+    source = conv_source(t, True)
+    combos = declared(source, ROUNDED_COMBOS)
+    assert combos == ROUNDED_COMBOS, f"{name}: no pre-rounded filters"
+    assert "KF_A_ROUNDED" not in {p.name for p in conv_source(t, False).tunables}  # 3xTF32 needs the rest
+    pairs = [c | {"KF_A_ROUNDED": rounded} for c in combos for rounded in (1, 0)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), pairs))
+    for combo, (got, expected), (per_read, _) in zip(combos, results[::2], results[1::2], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2, msg=lambda m, x=combo: f"{x}: {m}")
+        assert torch.equal(got, per_read), f"{combo}: not the products of rounding at every read"

@@ -740,6 +740,37 @@ def _operand_lines(plan: ConvPlan) -> list[str]:
     return out
 
 
+_ROUND_FILTERS = r"""
+#if KF_A_ROUNDED
+/* The filters rounded to TF32 (kf_round_tf32) into scratch, once a call: the kernel's A fragment reads
+   then take their bits as they are */
+__global__ void __launch_bounds__(256) kf_round_filters(const float* __restrict__ w, float* __restrict__ r,
+                                                        int64_t n) {
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += step)
+    r[i] = __uint_as_float(kf_round_tf32(w[i]));
+}
+#endif
+"""
+
+
+def _rounded_filters_launch() -> list[str]:
+    """KF_A_ROUNDED: the filters (CO x K values, forward or transposed) rounded into pooled scratch before
+    the conv, which reads them in place of the weight (Wt); a conv with filters of a few thousand values
+    (level1/87's 8,192) pays one small kernel for two integer operations a fragment register of A. On
+    the channels-last path the filters' own conversion rounds them already (KF_PREROUNDED)."""
+    return [
+        "#if KF_A_ROUNDED",
+        "  float* rounded = kf_alloc(sizeof(float) * (size_t)(CO * K > 0 ? CO * K : 1), st);",
+        "  if (!rounded) return KF_ERR_LAUNCH;",
+        "  const int64_t rblocks = (CO * K + 255) / 256;",
+        "  kf_round_filters<<<(unsigned)(rblocks < 1 ? 1 : rblocks < 4096 ? rblocks : 4096), 256, 0, st>>>(",
+        "      Wt, rounded, CO * K);",
+        "  Wt = rounded;",
+        "#endif",
+    ]
+
+
 def _per_channel(index: int, shape: str, var: str) -> list[str]:
     declare = "" if var == "B" else "const float* "
     return [
@@ -787,6 +818,10 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         f"// @kf.tunable KF_WN in [4, 8] default {wn}",
     ]
     defaults = {"BM": bm, "BK": 16, "KF_STAGES": stages, "KF_MIN_BLOCKS": blocks, "KF_WN": wn}
+    rounded = not nhwc and variant.tf32  # the filters rounded to TF32 once, before the kernel: swept
+    if rounded:
+        tunables.append("// @kf.tunable KF_A_ROUNDED in [0, 1] default 0")
+        defaults["KF_A_ROUNDED"] = 0
     if nhwc and variant.tf32:  # the fragment reads' width, where 16 bytes apply (BK 16 or 32): swept
         tunables.append("// @kf.tunable KF_WIDE_FRAGS in [0, 1] default 0")
         defaults["KF_WIDE_FRAGS"] = 0
@@ -822,6 +857,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     ]
     if phases.phased(plan):
         lines.append(phases.phase_tables(plan))
+    if rounded:  # A's fragment reads take the staged bits as they are (cuda_gemm_tc.kf_split_tf32_a)
+        lines += ["#define KF_A_PREROUNDED KF_A_ROUNDED", ALLOC]
     if nhwc:
         cig = int(graph.shapes[plan.x][1]) // plan.groups
         lines += [f"#define KF_CIG {cig}  /* input channels a group (checked against the input) */", ALLOC]
@@ -855,6 +892,8 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         lines.append("#endif")
     if nhwc:
         lines += [_TO_CHANNELS_LAST.rstrip("\n"), "", _filters_kernel(plan)]
+    if rounded:
+        lines.append(_ROUND_FILTERS.rstrip("\n"))
     lines.append("")
     w = lines.append
     w("KF_EXPORT int kf_forward(const kf_tensor* inputs, int32_t n_inputs, kf_tensor* outputs,")
@@ -937,8 +976,12 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
         w("  if (fil) cudaFreeAsync(fil, st);")
         w("  return rc;")
     else:
+        if rounded:
+            lines += _rounded_filters_launch()
         w("  /* K = 0 (no input channels): no slice, zeros plus the tail */")
         w("  kf_conv<<<grid, 256, smem, st>>>((int)M, (int)P, (int)K, Wt, X, B, O, vec_out, a_vec, geo);")
+        if rounded:  # stream-ordered: the scratch goes back to the pool after the conv has read it
+            lines += ["#if KF_A_ROUNDED", "  cudaFreeAsync(rounded, st);", "#endif"]
         w("  if (cudaGetLastError() != cudaSuccess) return KF_ERR_LAUNCH;")
         w("  return KF_OK;")
     w("}")

@@ -73,6 +73,22 @@ __device__ __forceinline__ void kf_split_tf32(float x, uint32_t& big, uint32_t& 
   small = __float_as_uint(x - __uint_as_float(big)) + 0x1000u;
 }
 
+/* An A fragment's element: as kf_split_tf32, or where the unit staged A already rounded to TF32
+   (KF_A_PREROUNDED, one TF32 product: a conv's filters rounded once before the kernel) its bits as they
+   are, two integer operations a fragment register fewer than rounding B alone needs */
+#ifndef KF_A_PREROUNDED
+#define KF_A_PREROUNDED KF_PREROUNDED
+#endif
+static_assert(!KF_A_PREROUNDED || KF_TF32_TERMS == 1, "a pre-rounded A has no small part");
+__device__ __forceinline__ void kf_split_tf32_a(float x, uint32_t& big, uint32_t& small) {
+  if (KF_A_PREROUNDED) {
+    big = __float_as_uint(x);
+    small = 0u;
+  } else {
+    kf_split_tf32(x, big, small);
+  }
+}
+
 /* Four 8 x 4 float matrices from shared memory into a warp's registers (ldmatrix's 8 x 8 16-bit
    matrices: a float is two halves): lanes 8 i .. 8 i + 7 give the addresses of matrix i's rows (16
    bytes each, 16-byte aligned), and lane 4 g + t receives element t of row g of each matrix in r[i], the
@@ -149,10 +165,10 @@ TC_STEP = (
       for (int mt = 0; mt < KF_TM / 2; ++mt) {
         const int r = wm * (BM / 2) + mt * 16 + g;
         uint32_t ah[4], al[4];
-        kf_split_tf32(KF_A_FRAG(k8 + tig, r), ah[0], al[0]);
-        kf_split_tf32(KF_A_FRAG(k8 + tig, r + 8), ah[1], al[1]);
-        kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r), ah[2], al[2]);
-        kf_split_tf32(KF_A_FRAG(k8 + tig + 4, r + 8), ah[3], al[3]);
+        kf_split_tf32_a(KF_A_FRAG(k8 + tig, r), ah[0], al[0]);
+        kf_split_tf32_a(KF_A_FRAG(k8 + tig, r + 8), ah[1], al[1]);
+        kf_split_tf32_a(KF_A_FRAG(k8 + tig + 4, r), ah[2], al[2]);
+        kf_split_tf32_a(KF_A_FRAG(k8 + tig + 4, r + 8), ah[3], al[3]);
 """
     + _MMA_TILES
 )
