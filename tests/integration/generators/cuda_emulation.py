@@ -39,6 +39,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -624,6 +625,12 @@ def build_emulated(code: str, out_dir: Path, params: dict[str, int] | None = Non
     return lib
 
 
+# Tests build and run units in threads side by side; the reference's weights and inputs are drawn from
+# torch's global generator (seeded per draw), so two draws at once could interleave and hand the two
+# calls different inputs (found by a test that compares two units' outputs with each other)
+_DRAWS = threading.Lock()
+
+
 def emulated_output(task: Any, kernel: Any, out_dir: Path) -> tuple[Any, Any]:
     """(the unit's output under the emulation, the reference's) for the task's first shape, on the CPU:
     through the kernel's glue when it has one (its `kf.launch` calls the emulated unit), else its entry
@@ -639,7 +646,8 @@ def emulated_output(task: Any, kernel: Any, out_dir: Path) -> tuple[Any, Any]:
         def launch(self, entry: str, inputs: list[Any], outputs: list[Any]) -> None:
             assert unit.call(entry, inputs, outputs) == 0
 
-    reference = instantiate(task, task.shapes[0], seed=1, device="cpu")
+    with _DRAWS:  # the draws seed torch's global generator: one thread's at a time, or they interleave
+        reference = instantiate(task, task.shapes[0], seed=1, device="cpu")
     with torch.no_grad():
         expected = reference.model(*reference.inputs)
         if kernel.glue:
