@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,20 @@ from tests.fixtures.conv_tasks import conv_task as fixture_conv_task
 from tests.integration.generators.cuda_judge import with_params
 
 pytestmark = pytest.mark.skipif(not emulation_ready(), reason="needs g++ with C++20 <barrier>")
+
+
+def assert_combos_match_torch(t: Task, source: Any, combos: list[dict], tf32: bool, tmp_path: Path) -> None:
+    """The unit `source` built at each tiling of `combos` (two builds at once: g++ takes most of the
+    time) matches torch under the emulation, at TF32's tolerance or KernelBench's float32 one."""
+    import torch
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), combos))
+    tolerance = 1e-2 if tf32 else 1e-4
+    for combo, (got, expected) in zip(combos, results, strict=True):
+        torch.testing.assert_close(
+            got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
+        )
 
 
 @pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "3xtf32"])
@@ -180,20 +195,10 @@ def test_the_span_stages_of_16_channels_match_torch(name: str, tf32: bool, tmp_p
     """KF_SPAN_CH 16 (cuda_conv_span.py): a stage holds 16 channels' spans and filters, a k8 step half a
     tap's channels; channel-major filter rows (forward, odd taps) and (tap, channel) ones (transposed),
     16-byte and 4-byte copies, partial slices (12 and 5 channels a group) and groups."""
-    import torch
-
     t = conv_task(name, tf32)
     source = conv_source(t, tf32)
     assert declared(source, SPAN_DEPTH_COMBOS) == SPAN_DEPTH_COMBOS, f"{name}: no 16-channel span stages"
-    with ThreadPoolExecutor(2) as pool:
-        results = list(
-            pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), SPAN_DEPTH_COMBOS)
-        )
-    tolerance = 1e-2 if tf32 else 1e-4
-    for combo, (got, expected) in zip(SPAN_DEPTH_COMBOS, results, strict=True):
-        torch.testing.assert_close(
-            got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
-        )
+    assert_combos_match_torch(t, source, SPAN_DEPTH_COMBOS, tf32, tmp_path)
 
 
 # Pointwise convs over several pixel tiles, the last partial, partial output-channel tiles and partial k
@@ -217,8 +222,6 @@ POINTWISE_COMBOS = [  # the gather (the span off) at the defaults, 128-row tiles
 def test_the_pointwise_gather_copies_runs_of_the_planes(name: str, tf32: bool, tmp_path: Path) -> None:
     """A pointwise conv's B slices (cuda_conv._POINTWISE_LOAD_B) are runs of the input's planes: 16
     bytes a copy where the planes are 16-byte aligned, else 4 bytes; zeros past N and past K."""
-    import torch
-
     if name in POINTWISE_GATHERS:
         module, body, shape = POINTWISE_GATHERS[name]
         t = fixture_conv_task(f"conv_{name}", module, shape, body, TF32_TOLERANCE if tf32 else None)
@@ -226,15 +229,7 @@ def test_the_pointwise_gather_copies_runs_of_the_planes(name: str, tf32: bool, t
         t = conv_task(name, tf32)
     source = conv_source(t, tf32)
     assert "if (a_vec & 2) {" in source.code
-    with ThreadPoolExecutor(2) as pool:
-        results = list(
-            pool.map(lambda c: emulated_output(t, with_params(source, c), tmp_path), POINTWISE_COMBOS)
-        )
-    tolerance = 1e-2 if tf32 else 1e-4
-    for combo, (got, expected) in zip(POINTWISE_COMBOS, results, strict=True):
-        torch.testing.assert_close(
-            got, expected, rtol=tolerance, atol=tolerance, msg=lambda m, x=combo: f"{x}: {m}"
-        )
+    assert_combos_match_torch(t, source, POINTWISE_COMBOS, tf32, tmp_path)
 
 
 ROUNDED_COMBOS = [  # the filters rounded to TF32 before the kernel: the gather, the span, a 128-row tile
