@@ -236,8 +236,15 @@ def test_every_unit_and_tunable_combination_builds_for_sm90(tmp_path: Path) -> N
         "KF_STAGES": (2, 3, 4),
         "KF_MIN_BLOCKS": (1, 2),
         "KF_WN": (4, 8),
+        "KF_A_ROUNDED": (0, 1),
     }
     units += [with_params(source, combo) for combo in COMBOS]
+    # the filters rounded before the kernel (one TF32 product, NCHW): the gather, and the span of a
+    # pointwise conv and of a 1-D one
+    units += [with_params(source, {**combo, "KF_A_ROUNDED": 1}) for combo in COMBOS[::6]]
+    for name in ("pointwise_tail", "1d_span"):
+        spanned = conv_source(conv_task(name, True), True)
+        units += [with_params(spanned, {"KF_A_ROUNDED": 1, "KF_SPAN": span}) for span in (0, 1)]
     runs = conv_source(conv_task("2d_runs", True), True, channels_last=True)
     units += [with_params(runs, combo) for combo in COMBOS]
     # its 16-byte fragment reads (TC_STEP_K16) at every BK of 16 or more
