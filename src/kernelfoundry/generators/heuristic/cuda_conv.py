@@ -263,6 +263,8 @@ def _loads(plan: ConvPlan) -> str:
     k-contiguous rows, K % 4 == 0), `load_b(st, k0)` the im2col slice of the thread's BN / 32 pixels: one
     (ci, tap) decode a k row, four 4-byte copies (zeros in the padding and, transposed, where the
     position does not divide by the stride)."""
+    if _pointwise(plan):
+        return _LOAD_A + _POINTWISE_LOAD_B
     at, ok, index = _tap_position(plan)
     if phases.phased(plan):  # k = (channel, the phase's tap)
         decode = """const int ci = gk / taps, t = gk - ci * taps;
@@ -270,8 +272,6 @@ def _loads(plan: ConvPlan) -> str:
     else:
         decode = """const int ci = gk / KF_TAPS, t = gk - ci * KF_TAPS;
       const int td = t / (KF_KH * KF_KW) * KF_DD, th = t / KF_KW % KF_KH * KF_DH, tw = t % KF_KW * KF_DW;"""
-    if _pointwise(plan):
-        return _LOAD_A + _POINTWISE_LOAD_B
     return (
         _LOAD_A
         + f"""  auto load_b = [&](int st, int k0) {{
@@ -294,7 +294,7 @@ def _loads(plan: ConvPlan) -> str:
 
 def _pointwise(plan: ConvPlan) -> bool:
     """A pointwise conv (one tap, stride 1, no padding): k row gk of output pixel n is input channel
-    gk's element n, so B's slices are runs of the input's planes (`_pointwise_loads`)."""
+    gk's element n, so B's slices are runs of the input's planes (`_POINTWISE_LOAD_B`)."""
     return spans.pointwise(plan) and not phases.phased(plan)
 
 
@@ -771,6 +771,11 @@ def _rounded_filters_launch() -> list[str]:
     ]
 
 
+# The input's planes are rows of a multiple of 4 floats from a 16-byte aligned base: the span's and the
+# pointwise gather's copies of them go 16 bytes at a time
+_ROWS_16 = "((ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0)"
+
+
 def _per_channel(index: int, shape: str, var: str) -> list[str]:
     declare = "" if var == "B" else "const float* "
     return [
@@ -939,12 +944,12 @@ def cuda_conv_unit(graph: Graph, plan: ConvPlan, variant: Variant, header: list[
     if span:  # the span copies the input 16 bytes at a time where its rows (planes) are 16-byte aligned
         # (bit 0), and (channel, tap) filter rows where they are k-contiguous and aligned (bit 1)
         w("#if KF_SPAN")
-        w("  const int a_vec = ((ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0)")
+        w(f"  const int a_vec = {_ROWS_16}")
         w(f"                    | ({contiguous}) << 1;  /* 16-byte copies: input, filters */")
         w("#else")
     if not nhwc and _pointwise(plan):
         # and a pointwise conv's B slices where the input's planes are 16-byte aligned (bit 1)
-        w(f"  const int a_vec = ({contiguous}) | ((ID * IH * IW) % 4 == 0 && ((uintptr_t)X) % 16 == 0) << 1;")
+        w(f"  const int a_vec = ({contiguous}) | {_ROWS_16} << 1;")
     else:
         w(f"  const int a_vec = {contiguous};  /* 16-byte filter copies: k-contiguous rows */")
     if span:
