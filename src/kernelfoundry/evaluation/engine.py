@@ -706,46 +706,55 @@ class Evaluation:
     # ---- correctness -------------------------------------------------------------------------------
     def _trial(self, state: ShapeState, seed_index: int) -> None:
         """Trial `seed_index` on a fresh input set: a held trial set the first time it is used, and the
-        same set refreshed with a new seed after that (set_plan.py: fewer sets where memory is short)."""
+        same set refreshed with a new seed after that (set_plan.py: fewer sets where memory is short).
+        Its steps are timed apart (the `trial_*` phases, inside `trials`)."""
         set_index = seed_index % state.trial_sets
         input_set = state.sets[set_index]
         seed = None
-        if seed_index >= state.trial_sets:
-            seed = self._refresh(state, input_set)
-        self.failed_trial = {
-            "shape": state.shape.name,
-            "seed": input_set.seed,
-            "trial": self.counters["trials"],
-        }
-        inputs = self._values(state, input_set)
-        reference = self._reference_for(state, input_set)
-        eager = self._eager(state, inputs)
-        eager_error = max(comparison.max_abs_error(e, r) for e, r in zip(eager, reference, strict=True))
-        dtype = eager[0].dtype
-        self.tolerance, self.tolerance_source = comparison.effective_tolerance(
-            dtype, eager_error, self.task.tolerance, self.settings.tolerance
-        )
-        state.history.error_floor = max(state.history.error_floor, 2.0 * eager_error)
-        state.history.eager_degenerate = [
-            comparison.is_degenerate(e, r) for e, r in zip(eager, reference, strict=True)
-        ]
-        if state.lean:
-            # Memory is short: from here only eager's layout is used (check_trial), so its values go
-            # before the proxy's forward and the call (level1/19 on an 80 GB card: the sets, the lent
-            # outputs, their snapshot, the float64 reference, the previous one and eager's 6.4 GB
-            # output left the judge 1 GB for its checks)
-            eager = [e.to("meta") for e in eager]
+        with self._phase("trial_inputs"):
+            if seed_index >= state.trial_sets:
+                seed = self._refresh(state, input_set)
+            self.failed_trial = {
+                "shape": state.shape.name,
+                "seed": input_set.seed,
+                "trial": self.counters["trials"],
+            }
+            inputs = self._values(state, input_set)
+        with self._phase("trial_reference"):
+            reference = self._reference_for(state, input_set)
+        with self._phase("trial_eager"):
+            eager = self._eager(state, inputs)
+            eager_error = max(comparison.max_abs_error(e, r) for e, r in zip(eager, reference, strict=True))
+            dtype = eager[0].dtype
+            self.tolerance, self.tolerance_source = comparison.effective_tolerance(
+                dtype, eager_error, self.task.tolerance, self.settings.tolerance
+            )
+            state.history.error_floor = max(state.history.error_floor, 2.0 * eager_error)
+            state.history.eager_degenerate = [
+                comparison.is_degenerate(e, r) for e, r in zip(eager, reference, strict=True)
+            ]
+            if state.lean:
+                # Memory is short: from here only eager's layout is used (check_trial), so its values go
+                # before the proxy's forward and the call (level1/19 on an 80 GB card: the sets, the lent
+                # outputs, their snapshot, the float64 reference, the previous one and eager's 6.4 GB
+                # output left the judge 1 GB for its checks)
+                eager = [e.to("meta") for e in eager]
         if self.settings.proxy_checks:
-            proxy = self._proxy(state, inputs, None if state.lean else eager)
-            proxy_error = max(comparison.max_abs_error(p, r) for p, r in zip(proxy, reference, strict=True))
-            state.history.proxy_error = max(state.history.proxy_error or 0.0, proxy_error)
-            del proxy
+            with self._phase("trial_proxy"):
+                proxy = self._proxy(state, inputs, None if state.lean else eager)
+                proxy_error = max(
+                    comparison.max_abs_error(p, r) for p, r in zip(proxy, reference, strict=True)
+                )
+                state.history.proxy_error = max(state.history.proxy_error or 0.0, proxy_error)
+                del proxy
         self.precision = f"{self.reference_dtype} reference, compared in {str(dtype).replace('torch.', '')}"
         self.counters["trials"] += 1
-        self._poison_outputs(state)
-        self._call(state, set_index, trial=True, refresh=seed_index >= state.trial_sets, seed=seed)
+        with self._phase("trial_call"):
+            self._poison_outputs(state)
+            self._call(state, set_index, trial=True, refresh=seed_index >= state.trial_sets, seed=seed)
         outputs = self._read_outputs(state)
-        check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
+        with self._phase("trial_check"):
+            check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
         state.history.passed_seeds.append(seed_index)
         # the history keeps it for the next trial's stale-output check, which only names a failure: a
         # lean plan keeps it in the host's memory, in the outputs' own dtype (level1/19 on an 80 GB card:
@@ -753,9 +762,10 @@ class Evaluation:
         state.history.previous_reference = reference
         if state.lean:
             input_set.reference = None
-            state.history.previous_reference = [
-                r.to(device="cpu", dtype=e.dtype) for r, e in zip(reference, eager, strict=True)
-            ]
+            with self._phase("trial_keep"):
+                state.history.previous_reference = [
+                    r.to(device="cpu", dtype=e.dtype) for r, e in zip(reference, eager, strict=True)
+                ]
 
     def _probe_outside_stream(self, state: ShapeState) -> None:
         """Staged devices (CUDA): the runner calls the unit while its stream is being captured into a

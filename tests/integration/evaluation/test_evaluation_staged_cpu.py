@@ -53,6 +53,11 @@ def test_an_honest_unit_is_correct_on_sets_the_runner_draws_itself(units: Units)
     # the scan for processes after every reply
     steps = sum(phases[name] for name in ("runner_start", "inputs", "trials", "timed_runs", "cross_check"))
     assert 0 < phases["idle_window"] < steps and 0 < phases["process_watch"] < steps
+    # the trials' own steps, each inside them: together no more than the trials took
+    trial_steps = [p for p in phases if p.startswith("trial_")]
+    assert {"trial_inputs", "trial_reference", "trial_eager", "trial_call", "trial_check"} <= set(trial_steps)
+    assert all(phases[p] > 0 for p in trial_steps)
+    assert sum(phases[p] for p in trial_steps) <= phases["trials"]
 
 
 def test_sets_get_inputs_cannot_redraw_are_staged_through_the_host(units: Units) -> None:
