@@ -756,16 +756,10 @@ class Evaluation:
         with self._phase("trial_check"):
             check_trial(state.history, seed_index, outputs, eager, reference, self.tolerance)
         state.history.passed_seeds.append(seed_index)
-        # the history keeps it for the next trial's stale-output check, which only names a failure: a
-        # lean plan keeps it in the host's memory, in the outputs' own dtype (level1/19 on an 80 GB card:
-        # 6.4 GB of the device's, read back only if the next trial fails)
-        state.history.previous_reference = reference
+        with self._phase("trial_keep"):  # a sample of it, for the next trial's stale-output check
+            state.history.remember(reference)
         if state.lean:
             input_set.reference = None
-            with self._phase("trial_keep"):
-                state.history.previous_reference = [
-                    r.to(device="cpu", dtype=e.dtype) for r, e in zip(reference, eager, strict=True)
-                ]
 
     def _probe_outside_stream(self, state: ShapeState) -> None:
         """Staged devices (CUDA): the runner calls the unit while its stream is being captured into a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelfoundry.evaluation import EvaluationFailure, reasons
+from kernelfoundry.evaluation import EvaluationFailure, correctness, reasons
 from kernelfoundry.evaluation.correctness import TrialHistory, check_trial
 from kernelfoundry.tasks.model import Tolerance
 
@@ -107,3 +107,26 @@ def test_tiny_mean_loss_passes_when_correct_and_fails_in_low_precision() -> None
     low = x.to(torch.bfloat16).float().mean().to(torch.bfloat16).float().reshape(1)
     assert reason_of(TrialHistory(0, "s"), 0, low, ref) is not None
     assert reason_of(TrialHistory(0, "s"), 0, torch.zeros(1), ref) is not None
+
+
+def test_the_previous_answer_is_kept_as_an_evenly_spaced_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ANSWER_SAMPLE_ELEMENTS an output's previous answer is every k-th element, a copy (so the
+    whole reference can go), and a replay of it is still named stale from those positions."""
+    monkeypatch.setattr(correctness, "ANSWER_SAMPLE_ELEMENTS", 64)
+    previous = reference(1)  # 256 elements: every 4th kept
+    history = TrialHistory(0, "s", passed_seeds=[0])
+    history.remember([previous])
+    kept = history.previous_reference
+    assert kept is not None and kept[0].shape == (64,)
+    assert torch.equal(kept[0], previous[::4])
+    assert kept[0].untyped_storage().data_ptr() != previous.untyped_storage().data_ptr()
+    assert reason_of(history, 1, previous.float(), reference(2)) == reasons.STALE_OUTPUT
+    # wrong at the sampled positions as well as elsewhere: not the previous answer
+    assert reason_of(history, 1, reference(2).float() + 1.0, reference(2)) == reasons.CORRECT_ONLY_FIRST_SEED
+
+
+def test_small_outputs_keep_the_whole_previous_answer() -> None:
+    history = TrialHistory(0, "s")
+    history.remember([reference(1).reshape(16, 16)])
+    kept = history.previous_reference
+    assert kept is not None and torch.equal(kept[0], reference(1))
