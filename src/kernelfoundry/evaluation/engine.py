@@ -749,7 +749,8 @@ class Evaluation:
                 del proxy
         self.precision = f"{self.reference_dtype} reference, compared in {str(dtype).replace('torch.', '')}"
         self.counters["trials"] += 1
-        with self._phase("trial_call"):
+        # the evaluation's first call apart: it also pays what a process pays on first use
+        with self._phase("trial_first_call" if self.counters["trials"] == 1 else "trial_call"):
             self._poison_outputs(state)
             self._call(state, set_index, trial=True, refresh=seed_index >= state.trial_sets, seed=seed)
         outputs = self._read_outputs(state)

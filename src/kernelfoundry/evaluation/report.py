@@ -38,11 +38,12 @@ class EvaluationReport:
     runtime_spread_ms the interquartile range (p75 - p25) of the same runs. Counters: trials (correctness
     calls), timed_runs, warmup_runs, input_sets, kernel_launches. phases_ms: the judge's wall time per
     step (runner_start, inputs, trials (its steps also shown apart: trial_inputs, trial_reference,
-    trial_eager, trial_proxy, trial_call, trial_check, trial_keep), next_runner_start, timed_runs (its
-    refresh and checks also shown apart), cross_check, baselines; fetch: a staged device's outputs brought
-    to the judge, inside trials and checks; idle_window and process_watch: the judge's watch of the runner
-    between commands (the wait and CPU-time reads after timed replies, the scan for processes it started),
-    inside the steps); the worker's duration_s adds the judge round trip and any judge start.
+    trial_eager, trial_proxy, trial_first_call, trial_call, trial_check, trial_keep), next_runner_start,
+    timed_runs (its refresh and checks also shown apart), cross_check, baselines; fetch: a staged device's
+    outputs brought to the judge, inside trials and checks; idle_window and process_watch: the judge's
+    watch of the runner between commands (the wait and CPU-time reads after timed replies, the scan for
+    processes it started), inside the steps); the worker's duration_s adds the judge round trip and any
+    judge start.
     """
 
     compiled: bool

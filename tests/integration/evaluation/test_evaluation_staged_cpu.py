@@ -55,7 +55,14 @@ def test_an_honest_unit_is_correct_on_sets_the_runner_draws_itself(units: Units)
     assert 0 < phases["idle_window"] < steps and 0 < phases["process_watch"] < steps
     # the trials' own steps, each inside them: together no more than the trials took
     trial_steps = [p for p in phases if p.startswith("trial_")]
-    assert {"trial_inputs", "trial_reference", "trial_eager", "trial_call", "trial_check"} <= set(trial_steps)
+    assert {
+        "trial_inputs",
+        "trial_reference",
+        "trial_eager",
+        "trial_first_call",
+        "trial_call",
+        "trial_check",
+    } <= set(trial_steps)
     assert all(phases[p] > 0 for p in trial_steps)
     assert sum(phases[p] for p in trial_steps) <= phases["trials"]
 

@@ -176,6 +176,24 @@ class CudaRunnerDevice(RunnerDevice):
         properties = torch.cuda.get_device_properties(torch.device(self.device))
         l2 = int(getattr(properties, "L2_cache_size", 0) or 64 * 1024 * 1024)
         self._lead = torch.empty(2 * l2 // 4, dtype=torch.float32, device=torch.device(self.device))
+        self._warm_libraries()
+
+    def _warm_libraries(self) -> None:
+        """cuBLAS and cuDNN set up before any candidate arrives (the judge starts a runner ahead of its
+        candidate): their first use in a process loads the libraries and creates the handles, which a
+        glue's first trial call (a torch matmul or conv beside the generated kernels) would otherwise pay
+        inside the trials. Best effort: a library that cannot start now fails the candidate's own call
+        later, with its own message."""
+        import torch
+
+        device = torch.device(self.device)
+        with contextlib.suppress(Exception):  # best effort (see the docstring)
+            with torch.cuda.stream(self.stream), torch.no_grad():
+                square = torch.ones(16, 16, device=device)
+                torch.mm(square, square)
+                image, filters = torch.ones(1, 4, 8, 8, device=device), torch.ones(4, 4, 3, 3, device=device)
+                torch.nn.functional.conv2d(image, filters, padding=1)
+            torch.cuda.synchronize()
 
     def stream_handle(self) -> int | None:
         import torch
