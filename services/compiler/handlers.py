@@ -33,7 +33,7 @@ class CompileHandler:
 
     def _build(self, source: KernelSource, target: BuildTarget) -> BuildResult:
         """One build, held back while a CPU executor on this machine times its runs."""
-        with self.quiet.building():
+        with self.quiet.sharing():
             return build(source, target, self.cache)
 
     async def __call__(self, request: build_pb2.CompileCandidate, delivery: Delivery) -> Sequence[Outgoing]:

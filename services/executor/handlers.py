@@ -1,6 +1,7 @@
 """Executor handler: EvaluateCandidate -> artifact from the object store -> evaluation -> event.
 
-Owns one device through one EvaluationWorker (a child process, recycled after device errors). A failed
+Owns one device through its EvaluationWorkers (child processes, recycled after device errors), one per
+evaluation slot: each evaluation takes a free one (one slot: one evaluation at a time). A failed
 evaluation is a result (EvaluationFinished with its reason), never an exception. Repeated deliveries of a
 candidate it already evaluated are answered from memory, so no candidate is evaluated twice by a worker.
 The record names the executor and the device that evaluated it (details `executor`), and the device's
@@ -99,7 +100,7 @@ class EvaluateHandler:
     def __init__(
         self,
         bus: Bus,
-        worker: EvaluationWorker,
+        workers: Sequence[EvaluationWorker],
         settings: EvaluationSettings,
         metrics: Metrics | None = None,
         identity: ExecutorIdentity | None = None,
@@ -107,14 +108,24 @@ class EvaluateHandler:
     ):
         """`max_deliver`: the consumer's deliveries before it dead-letters a request; a request out of
         device memory is published as failed at the last of them if that comes before MEMORY_RETRIES."""
+        if not workers:
+            raise ValueError("an executor needs at least one evaluation worker")
         self.bus = bus
-        self.worker = worker
+        self.workers = list(workers)
+        self.device = self.workers[0].device
         self.settings = settings
         self.metrics = metrics
-        self.identity = identity or ExecutorIdentity(name="", device=worker.device, host="")
+        self.identity = identity or ExecutorIdentity(name="", device=self.device, host="")
         self.memory_retries = max(1, min(MEMORY_RETRIES, max_deliver))
         self._recent: OrderedDict[str, evaluation_pb2.EvaluationFinished] = OrderedDict()
-        self._lock = asyncio.Lock()
+        self._free: asyncio.Queue[EvaluationWorker] | None = None  # made on first use, in the loop
+
+    def _free_workers(self) -> asyncio.Queue[EvaluationWorker]:
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for worker in self.workers:
+                self._free.put_nowait(worker)
+        return self._free
 
     async def __call__(self, request: build_pb2.EvaluateCandidate, delivery: Delivery) -> Sequence[Outgoing]:
         msg_id = f"evaluated-{request.candidate_id}"
@@ -130,7 +141,9 @@ class EvaluateHandler:
             data = await self.bus.get_artifact(request.artifact)
         except Exception as exc:
             raise Retry(f"artifact {request.artifact} not readable yet: {exc}", delay_s=2.0) from exc
-        async with self._lock:  # one evaluation at a time on this device
+        free = self._free_workers()
+        worker = await free.get()  # a free slot; its judge runs one evaluation at a time
+        try:
             log.info(
                 "evaluation started",
                 candidate_id=request.candidate_id,
@@ -146,11 +159,13 @@ class EvaluateHandler:
                     task=task,
                     kernel=kernel,
                     artifact=artifact,
-                    device=self.worker.device,
+                    device=self.device,
                     settings=replace(self.settings, screen_above_ms=max(0.0, request.screen_above_ms)),
                 )
-                report = await asyncio.to_thread(self.worker.evaluate, evaluation)
+                report = await asyncio.to_thread(worker.evaluate, evaluation)
             busy_s = time.monotonic() - started
+        finally:
+            free.put_nowait(worker)
         log.info(
             "evaluation finished",
             candidate_id=request.candidate_id,

@@ -1,13 +1,18 @@
-"""Executor service entry point: one device, one evaluation at a time, from its hardware subject.
+"""Executor service entry point: one device, from its hardware subject.
 
-Executors of one hardware share its durable consumer (`executor-<hardware>`): each fetches one candidate
-at a time, so the queue spreads candidates over them and hands each to one executor.
+Executors of one hardware share its durable consumer (`executor-<hardware>`): each fetches as many
+candidates as it has evaluation slots (`executor_slots`, one by default), so the queue spreads candidates
+over them and hands each to one executor. A GPU executor of several slots runs that many judges: their
+runner starts, input sets and correctness trials overlap, and their timed runs take turns through a
+per-GPU timing lock (kernelfoundry.stack.quiet_host), so no timed run shares the device.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +24,7 @@ from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
 from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.executor.handlers import EvaluateHandler
 from kernelfoundry.services.executor.identity import executor_identity
-from kernelfoundry.stack.device_lease import DeviceLease
+from kernelfoundry.stack.device_lease import DeviceLease, physical_gpu
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
@@ -34,6 +39,19 @@ def device_for(hardware: str) -> str:
     return "cpu" if backend == "cpu" else "cuda:0"
 
 
+def timing_lock_folder(settings: Settings, device: str) -> str:
+    """The lock folder an evaluation's timed runs take ("" for none): on a CPU the host's, shared with the
+    builds; on a GPU with several slots one per physical GPU (under the host's timing or device lock
+    folder, else the temporary folder), so the slots' timed runs take turns; a one-slot GPU needs none."""
+    if device == "cpu":
+        return settings.timing_lock_dir
+    if settings.executor_slots <= 1:
+        return ""
+    base = Path(settings.timing_lock_dir or settings.device_lock_dir or tempfile.gettempdir())
+    gpu = re.sub(r"[^A-Za-z0-9_.-]", "_", physical_gpu(device) or device)
+    return str(base / "kf-gpu-timing" / f"gpu-{gpu}")
+
+
 def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
     base = EvaluationSettings()
     changes: dict[str, object] = {"deadline_s": settings.evaluation_deadline_s}
@@ -43,18 +61,18 @@ def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
         changes["timed_runs"] = settings.timed_runs
     if settings.cpu_threads:
         changes["cpu_threads"] = settings.cpu_threads
-    if settings.timing_lock_dir and device == "cpu":  # builds share the CPU's cores, not a GPU's
-        changes["timing_lock_dir"] = settings.timing_lock_dir
+    if timing_lock_folder(settings, device):
+        changes["timing_lock_dir"] = timing_lock_folder(settings, device)
     if settings.torch_compile_baseline is not None:
         changes["measure_torch_compile"] = settings.torch_compile_baseline
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
 def judge_writable(settings: Settings, device: str) -> tuple[Path, ...]:
-    """What the sandboxed judge may write besides its scratch: the host's timing lock (CPU only)."""
-    if not (settings.timing_lock_dir and device == "cpu"):
+    """What the sandboxed judge may write besides its scratch: the timing lock's folder, if any."""
+    if not timing_lock_folder(settings, device):
         return ()
-    folder = Path(settings.timing_lock_dir)
+    folder = Path(timing_lock_folder(settings, device))
     folder.mkdir(parents=True, exist_ok=True)
     return (folder,)
 
@@ -63,13 +81,16 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
     hardware = settings.hardware_list[0]
     device = device_for(hardware)
     lease = DeviceLease(settings.device_lock_dir)
-    worker = EvaluationWorker(device, writable=judge_writable(settings, device), lease=lease)
+    slots = 1 if device == "cpu" else settings.executor_slots  # a CPU's timed runs need its cores
+    workers = [
+        EvaluationWorker(device, writable=judge_writable(settings, device), lease=lease) for _ in range(slots)
+    ]
     identity = executor_identity(
         settings.executor_name, device, socket.gethostname(), os.environ.get("CUDA_VISIBLE_DEVICES")
     )
-    log.info("executor ready", hardware=hardware, executor=identity.name, device=identity.device)
+    log.info("executor ready", hardware=hardware, executor=identity.name, device=identity.device, slots=slots)
     evaluation = evaluation_settings(settings, device)
-    handler = EvaluateHandler(bus, worker, evaluation, metrics, identity, max_deliver=settings.max_deliver)
+    handler = EvaluateHandler(bus, workers, evaluation, metrics, identity, max_deliver=settings.max_deliver)
     consumer = make_consumer(
         settings,
         bus,
@@ -80,11 +101,13 @@ async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:
         filter_subjects=(subjects.execute(hardware),),
         decode=decoder_for(build_pb2.EvaluateCandidate),
         handler=handler,
-        batch=1,  # one evaluation at a time per device: fetch again only after acking
+        batch=1,  # a slot fetches again only after acking
+        concurrency=slots,
     )
 
     async def close() -> None:
-        worker.close()
+        for worker in workers:
+            worker.close()
 
     return ServiceParts(consumers=[consumer], closers=[close])
 

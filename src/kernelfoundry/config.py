@@ -99,6 +99,13 @@ class Settings(BaseSettings):
         description="GPU executor processes the embedded stack starts, one per visible GPU (0: every visible"
         " GPU; N: the first N)",
     )
+    executor_slots: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="Evaluations a GPU executor runs at once on its device, each in its own judge: their"
+        " trials overlap while their timed runs take turns (a per-device timing lock; 1: one at a time)",
+    )
     executor_name: str = Field(
         "",
         description="This executor's name in its logs and evaluation records (the embedded stack sets"

@@ -1079,6 +1079,40 @@ class Evaluation:
             return self._run_on_stream()
 
     def _run_on_stream(self) -> EvaluationReport:
+        # Other evaluations' timed runs and this one's trials take turns, as do this one's timed runs and
+        # other work (quiet_host.py). The two waits together take at most the deadline (the worker
+        # allows a judge with a timing lock twice its deadline) and neither counts against the candidate.
+        quiet = QuietHost(self.settings.timing_lock_dir)
+        allowed = self.settings.deadline_s
+        started = time.monotonic()
+        with quiet.sharing(wait_s=allowed) as shared:
+            self.phases["trials_wait"] = waited = time.monotonic() - started
+            self._quiet_note(shared, "the trials ran beside another evaluation's timed runs")
+            states = self._correctness_stage()
+        started = time.monotonic()
+        with quiet.timing(wait_s=max(0.0, allowed - waited)) as exclusive:
+            self.phases["timing_wait"] = time.monotonic() - started
+            self.deadline += self.phases["timing_wait"]
+            self._quiet_note(exclusive, "timed beside other work")
+            per_shape = self._screened_out(states)
+            if per_shape is None:
+                per_shape = [self._time_candidate(state) for state in states]
+            self._finish_runner()
+            with self._phase("baselines"):
+                for state, report in zip(states, per_shape, strict=True):
+                    self._time_baselines(state, report)
+        return self._report(per_shape, states)
+
+    def _quiet_note(self, taken: bool | None, consequence: str) -> None:
+        if taken is False:
+            self.notes.append(
+                f"the timing lock ({self.settings.timing_lock_dir}) was not free within the evaluation's "
+                f"deadline: {consequence}"
+            )
+
+    def _correctness_stage(self) -> list[ShapeState]:
+        """Everything before the timing: the runner, every shape's input sets and its correctness
+        trials, the stream probe, and the next candidate's runner started."""
         with self._phase("runner_start"):
             self._start_runner()
         shapes = list(self.task.shapes)
@@ -1105,15 +1139,7 @@ class Evaluation:
         if self.before_timing is not None:
             with self._phase("next_runner_start"):
                 self.before_timing()
-        with QuietHost(self.settings.timing_lock_dir).timing():
-            per_shape = self._screened_out(states)
-            if per_shape is None:
-                per_shape = [self._time_candidate(state) for state in states]
-            self._finish_runner()
-            with self._phase("baselines"):
-                for state, report in zip(states, per_shape, strict=True):
-                    self._time_baselines(state, report)
-        return self._report(per_shape, states)
+        return states
 
     def _roofline(self, per_shape: list[ShapeReport], states: list[ShapeState]) -> tuple[float | None, str]:
         """The floor of every shape (into its report) and their sum, with what bounds it; measured

@@ -39,6 +39,7 @@ class EvaluationReport:
     calls), timed_runs, warmup_runs, input_sets, kernel_launches. phases_ms: the judge's wall time per
     step (runner_start, inputs, trials (its steps also shown apart: trial_inputs, trial_reference,
     trial_eager, trial_proxy, trial_first_call, trial_call, trial_check, trial_keep), next_runner_start,
+    trials_wait and timing_wait (a timing lock's waits for other work, outside the other steps),
     timed_runs (its refresh and checks also shown apart), cross_check, baselines; fetch: a staged device's
     outputs brought to the judge, inside trials and checks; idle_window and process_watch: the judge's
     watch of the runner between commands (the wait and CPU-time reads after timed replies, the scan for

@@ -238,15 +238,17 @@ class EvaluationWorker:
 
     def _exchange(self, child: _Child, request: EvaluationRequest, started: float) -> EvaluationReport:
         deadline_s = request.settings.deadline_s
+        # with a timing lock the judge may also wait up to the deadline for it (engine.py, timing_wait)
+        allowed_s = 2 * deadline_s if request.settings.timing_lock_dir else deadline_s
         try:
             write_message(child.to_child, request_to_dict(request))
-            answer: dict[str, Any] = read_message(child.from_child, started + deadline_s + JUDGE_MARGIN_S)
+            answer: dict[str, Any] = read_message(child.from_child, started + allowed_s + JUDGE_MARGIN_S)
         except DeadlinePassed:
             self._discard_child()
             return EvaluationReport.failure(
                 reasons.TIMEOUT,
-                f"the judge did not answer within the deadline of {deadline_s:g} s plus "
-                f"{JUDGE_MARGIN_S:g} s; the evaluation process was killed",
+                f"the judge did not answer within {allowed_s:g} s (its deadline, and any wait for the "
+                f"timing lock) plus {JUDGE_MARGIN_S:g} s; the evaluation process was killed",
                 device=self.device,
             )
         except (ChildGone, EOFError, OSError):

@@ -76,16 +76,36 @@ def test_timed_runs_wait_for_the_build_in_flight_on_this_host(
     build holding the host has finished (kernelfoundry.stack.quiet_host)."""
     host = QuietHost(tmp_path)
     request = units.request("good_fma", settings=replace(FAST, timing_lock_dir=str(tmp_path)))
-    done: list[float] = []
-    with host.building():
-        evaluation = threading.Thread(target=lambda: done.append(worker.evaluate(request).runtime_ms or 0))
+    done: list[EvaluationReport] = []
+    with host.sharing():
+        evaluation = threading.Thread(target=lambda: done.append(worker.evaluate(request)))
         evaluation.start()
         evaluation.join(3.0)
         assert not done  # correctness trials ran; the timed runs wait for the build
         released = time.monotonic()
     evaluation.join(60)
-    assert done and done[0] > 0
+    assert done and done[0].correct and (done[0].runtime_ms or 0) > 0, done[0].message if done else ""
     assert time.monotonic() - released < 60
+    # the waits are phases of their own, outside the trials and the timed runs
+    assert {"trials_wait", "timing_wait"} <= set(done[0].phases_ms)
+
+
+def test_an_evaluations_trials_wait_while_another_evaluation_times(
+    units: Units, worker: EvaluationWorker, tmp_path: Path
+) -> None:
+    """Evaluations sharing a timing lock (a GPU executor's slots): no trial starts while another
+    evaluation holds the lock to time, and the evaluation goes on once it is released."""
+    host = QuietHost(tmp_path)
+    request = units.request("good_fma", settings=replace(FAST, timing_lock_dir=str(tmp_path)))
+    done: list[EvaluationReport] = []
+    with host.timing():
+        evaluation = threading.Thread(target=lambda: done.append(worker.evaluate(request)))
+        evaluation.start()
+        evaluation.join(3.0)
+        assert not done
+    evaluation.join(60)
+    assert done and done[0].correct, done[0].message if done else ""
+    assert done[0].counters["trials"] > 0
 
 
 def test_baselines_are_reused_while_young_enough_and_say_their_age(

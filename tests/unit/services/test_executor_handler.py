@@ -5,6 +5,8 @@ is refused. The judge is scripted here (the real one is in tests/integration/eva
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -70,7 +72,7 @@ def request(candidate_id: str = "run-000000000001-g1-r0-c0") -> build_pb2.Evalua
 
 
 def handler_for(bus: InMemoryBus, judge: ScriptedJudge, metrics: Metrics | None = None) -> EvaluateHandler:
-    return EvaluateHandler(bus, judge, EvaluationSettings(), metrics)  # type: ignore[arg-type]
+    return EvaluateHandler(bus, [judge], EvaluationSettings(), metrics)  # type: ignore[arg-type]
 
 
 async def test_a_request_is_judged_on_its_stored_unit_and_the_verdict_published() -> None:
@@ -200,7 +202,7 @@ async def test_out_of_device_memory_is_published_as_failed_before_the_consumer_w
     bus = InMemoryBus()
     judge = ScriptedJudge(EvaluationReport.failure("judge_out_of_memory", "CUDA out of memory."))
     await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
-    handler = EvaluateHandler(bus, judge, EvaluationSettings(), max_deliver=2)  # type: ignore[arg-type]
+    handler = EvaluateHandler(bus, [judge], EvaluationSettings(), max_deliver=2)  # type: ignore[arg-type]
     with pytest.raises(Retry):
         await handler(request(), Delivery(subject=SUBJECT, deliveries=1, stream_sequence=1))
     (out,) = await handler(request(), Delivery(subject=SUBJECT, deliveries=2, stream_sequence=1))
@@ -213,3 +215,57 @@ async def test_a_candidate_that_runs_out_of_memory_itself_is_a_verdict_at_once()
     await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
     (out,) = await handler_for(bus, judge)(request(), DELIVERY)
     assert out.message.reason == "glue_error"
+
+
+FLIGHT_LOCK = threading.Lock()
+
+
+class GatedJudge(ScriptedJudge):
+    """A judge that holds each evaluation until the test opens the gate, counting those in flight."""
+
+    def __init__(self, report: EvaluationReport, gate: threading.Event, flight: list[int]) -> None:
+        super().__init__(report)
+        self.gate, self.flight = gate, flight
+
+    def evaluate(self, request: EvaluationRequest) -> EvaluationReport:
+        with FLIGHT_LOCK:
+            self.flight[0] += 1
+            self.flight[1] = max(self.flight[1], self.flight[0])
+        try:
+            self.gate.wait(10)
+            return super().evaluate(request)
+        finally:
+            with FLIGHT_LOCK:
+                self.flight[0] -= 1
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+async def test_an_executor_runs_as_many_evaluations_at_once_as_it_has_slots(slots: int) -> None:
+    """Each evaluation takes a free judge: two slots judge two candidates at once, one slot one at a
+    time, and every candidate is judged exactly once, by one judge."""
+    bus = InMemoryBus()
+    gate, flight = threading.Event(), [0, 0]
+    judges = [GatedJudge(correct_report(), gate, flight) for _ in range(slots)]
+    handler = EvaluateHandler(bus, judges, EvaluationSettings())  # type: ignore[arg-type]
+    ids = [f"run-000000000001-g1-r0-c{i}" for i in range(3)]
+    for candidate_id in ids:
+        await bus.put_artifact(f"{candidate_id}.so", UNIT)
+    calls = [asyncio.create_task(handler(request(candidate_id), DELIVERY)) for candidate_id in ids]
+    for _ in range(200):  # until every slot holds an evaluation
+        await asyncio.sleep(0.01)
+        if flight[0] == slots:
+            break
+    await asyncio.sleep(0.1)  # room for a slot the executor does not have
+    assert flight[0] == slots
+    gate.set()
+    results = await asyncio.gather(*calls)
+    assert flight[1] == slots
+    assert sum(len(judge.requests) for judge in judges) == len(ids)
+    assert all(unit == UNIT for judge in judges for unit in judge.units)
+    published_ids = sorted(outgoing[0].message.candidate_id for outgoing in results)
+    assert published_ids == sorted(ids)
+
+
+def test_an_executor_needs_a_judge() -> None:
+    with pytest.raises(ValueError, match="at least one evaluation worker"):
+        EvaluateHandler(InMemoryBus(), [], EvaluationSettings())

@@ -65,7 +65,7 @@ def test_the_evaluation_record_names_the_executor_and_its_device_and_busy_time_i
     metrics = Metrics(process_collectors=False)
     worker = ReportingWorker("cuda:0")
     identity = executor_identity("executor:cuda.h200:5", worker.device, "node-1", "5")
-    handler = EvaluateHandler(ArtifactBus(), worker, EvaluationSettings(), metrics, identity)  # type: ignore[arg-type]
+    handler = EvaluateHandler(ArtifactBus(), [worker], EvaluationSettings(), metrics, identity)  # type: ignore[arg-type]
     event = evaluate(handler, "run-1-c1")
     assert worker.requests[0].device == "cuda:0"  # the process sees its one GPU as cuda:0
     details = json.loads(event.details_json)

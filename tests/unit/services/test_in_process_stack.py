@@ -71,7 +71,7 @@ async def test_a_run_goes_through_the_five_services_handlers_on_the_in_memory_bu
             bus,
             spec(subjects.WORK_STREAM, "executor", subjects.execute(target.execute)),
             decoder_for(build_pb2.EvaluateCandidate),
-            EvaluateHandler(bus, worker, settings),
+            EvaluateHandler(bus, [worker], settings),
             service="executor",
         ),
         Consumer(

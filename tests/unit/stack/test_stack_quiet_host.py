@@ -24,7 +24,7 @@ def test_builds_run_side_by_side(tmp_path: Path) -> None:
     inside = threading.Barrier(2, timeout=5)
 
     def build() -> None:
-        with host.building():
+        with host.sharing():
             inside.wait()  # both builds hold the host at once, or this times out
 
     threads = [_start(build) for _ in range(2)]
@@ -39,7 +39,7 @@ def test_timing_waits_for_the_build_in_flight_and_new_builds_wait_for_timing(tmp
     build_started, release_build = threading.Event(), threading.Event()
 
     def first_build() -> None:
-        with host.building():
+        with host.sharing():
             events.append("build 1 start")
             build_started.set()
             release_build.wait(5)
@@ -52,7 +52,7 @@ def test_timing_waits_for_the_build_in_flight_and_new_builds_wait_for_timing(tmp
             events.append("timing end")
 
     def second_build() -> None:
-        with host.building():
+        with host.sharing():
             events.append("build 2 start")
 
     a = _start(first_build)
@@ -81,7 +81,7 @@ def test_a_process_that_dies_holding_the_host_releases_it(tmp_path: Path) -> Non
     done = threading.Event()
 
     def build() -> None:
-        with QuietHost(tmp_path).building():
+        with QuietHost(tmp_path).sharing():
             done.set()
 
     _start(build).join(5)
@@ -91,7 +91,7 @@ def test_a_process_that_dies_holding_the_host_releases_it(tmp_path: Path) -> Non
 def test_an_empty_folder_turns_the_lock_off(tmp_path: Path) -> None:
     host = QuietHost("")
     assert not host.enabled
-    with host.timing(), host.building():  # would deadlock if it locked anything
+    with host.timing(), host.sharing():  # would deadlock if it locked anything
         pass
 
 
