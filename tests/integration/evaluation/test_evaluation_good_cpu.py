@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import replace
@@ -69,25 +70,34 @@ def test_request_for_another_device_is_refused(units: Units, worker: EvaluationW
     assert worker.evaluate(request).reason == "bad_request"
 
 
+def _held_back(
+    units: Units, worker: EvaluationWorker, lock: contextlib.AbstractContextManager[object], tmp_path: Path
+) -> EvaluationReport:
+    """good_fma evaluated with `tmp_path` as its timing lock while `lock` (on the same folder) is held:
+    still unfinished after 3 s, finished within a minute of the lock's release."""
+    request = units.request("good_fma", settings=replace(FAST, timing_lock_dir=str(tmp_path)))
+    done: list[EvaluationReport] = []
+    with lock:
+        evaluation = threading.Thread(target=lambda: done.append(worker.evaluate(request)))
+        evaluation.start()
+        evaluation.join(3.0)
+        assert not done
+        released = time.monotonic()
+    evaluation.join(60)
+    assert done and done[0].correct, done[0].message if done else ""
+    assert time.monotonic() - released < 60
+    return done[0]
+
+
 def test_timed_runs_wait_for_the_build_in_flight_on_this_host(
     units: Units, worker: EvaluationWorker, tmp_path: Path
 ) -> None:
     """With a timing lock folder, a CPU evaluation checks correctness at once but times only after the
     build holding the host has finished (kernelfoundry.stack.quiet_host)."""
-    host = QuietHost(tmp_path)
-    request = units.request("good_fma", settings=replace(FAST, timing_lock_dir=str(tmp_path)))
-    done: list[EvaluationReport] = []
-    with host.sharing():
-        evaluation = threading.Thread(target=lambda: done.append(worker.evaluate(request)))
-        evaluation.start()
-        evaluation.join(3.0)
-        assert not done  # correctness trials ran; the timed runs wait for the build
-        released = time.monotonic()
-    evaluation.join(60)
-    assert done and done[0].correct and (done[0].runtime_ms or 0) > 0, done[0].message if done else ""
-    assert time.monotonic() - released < 60
+    report = _held_back(units, worker, QuietHost(tmp_path).sharing(), tmp_path)
+    assert (report.runtime_ms or 0) > 0
     # the waits are phases of their own, outside the trials and the timed runs
-    assert {"trials_wait", "timing_wait"} <= set(done[0].phases_ms)
+    assert {"trials_wait", "timing_wait"} <= set(report.phases_ms)
 
 
 def test_an_evaluations_trials_wait_while_another_evaluation_times(
@@ -95,17 +105,8 @@ def test_an_evaluations_trials_wait_while_another_evaluation_times(
 ) -> None:
     """Evaluations sharing a timing lock (a GPU executor's slots): no trial starts while another
     evaluation holds the lock to time, and the evaluation goes on once it is released."""
-    host = QuietHost(tmp_path)
-    request = units.request("good_fma", settings=replace(FAST, timing_lock_dir=str(tmp_path)))
-    done: list[EvaluationReport] = []
-    with host.timing():
-        evaluation = threading.Thread(target=lambda: done.append(worker.evaluate(request)))
-        evaluation.start()
-        evaluation.join(3.0)
-        assert not done
-    evaluation.join(60)
-    assert done and done[0].correct, done[0].message if done else ""
-    assert done[0].counters["trials"] > 0
+    report = _held_back(units, worker, QuietHost(tmp_path).timing(), tmp_path)
+    assert report.counters["trials"] > 0
 
 
 def test_baselines_are_reused_while_young_enough_and_say_their_age(
