@@ -119,6 +119,8 @@ class EvaluateHandler:
         self.memory_retries = max(1, min(MEMORY_RETRIES, max_deliver))
         self._recent: OrderedDict[str, evaluation_pb2.EvaluationFinished] = OrderedDict()
         self._free: asyncio.Queue[EvaluationWorker] | None = None  # made on first use, in the loop
+        # candidates being judged now -> their verdict (None: the evaluation ended without one)
+        self._inflight: dict[str, asyncio.Future[evaluation_pb2.EvaluationFinished | None]] = {}
 
     def _free_workers(self) -> asyncio.Queue[EvaluationWorker]:
         if self._free is None:
@@ -128,10 +130,27 @@ class EvaluateHandler:
         return self._free
 
     async def __call__(self, request: build_pb2.EvaluateCandidate, delivery: Delivery) -> Sequence[Outgoing]:
-        msg_id = f"evaluated-{request.candidate_id}"
-        cached = self._recent.get(request.candidate_id)
+        candidate_id = request.candidate_id
+        msg_id = f"evaluated-{candidate_id}"
+        cached = self._recent.get(candidate_id)
         if cached is not None:
             return [Outgoing(subjects.evaluation_finished(request.hardware), cached, msg_id)]
+        pending = self._inflight.get(candidate_id)
+        if pending is not None:  # delivered again while another slot judges it: that verdict, once
+            event = await asyncio.shield(pending)
+            if event is None:
+                raise Retry(f"candidate {candidate_id}: its evaluation in flight ended without a verdict")
+            return [Outgoing(subjects.evaluation_finished(request.hardware), event, msg_id)]
+        verdict = asyncio.get_running_loop().create_future()
+        self._inflight[candidate_id] = verdict
+        try:
+            return await self._evaluate(request, delivery)
+        finally:
+            del self._inflight[candidate_id]
+            verdict.set_result(self._recent.get(candidate_id))
+
+    async def _evaluate(self, request: build_pb2.EvaluateCandidate, delivery: Delivery) -> Sequence[Outgoing]:
+        msg_id = f"evaluated-{request.candidate_id}"
         try:
             task = task_from_proto(request.task)
             kernel = kernel_from_proto(request.source)

@@ -269,3 +269,47 @@ async def test_an_executor_runs_as_many_evaluations_at_once_as_it_has_slots(slot
 def test_an_executor_needs_a_judge() -> None:
     with pytest.raises(ValueError, match="at least one evaluation worker"):
         EvaluateHandler(InMemoryBus(), [], EvaluationSettings())
+
+
+async def test_a_candidate_delivered_again_while_judged_gets_that_verdict_not_a_second_evaluation() -> None:
+    """Two slots, the same candidate twice at once (a redelivery): one judge evaluates it, both
+    deliveries publish the one verdict."""
+    bus = InMemoryBus()
+    gate, flight = threading.Event(), [0, 0]
+    judges = [GatedJudge(correct_report(), gate, flight) for _ in range(2)]
+    handler = EvaluateHandler(bus, judges, EvaluationSettings())  # type: ignore[arg-type]
+    await bus.put_artifact("run-000000000001-g1-r0-c0.so", UNIT)
+    first = asyncio.create_task(handler(request(), DELIVERY))
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if flight[0]:
+            break
+    again = asyncio.create_task(handler(request(), DELIVERY))
+    await asyncio.sleep(0.1)
+    assert flight[0] == 1  # the second delivery waits for the first's verdict
+    gate.set()
+    one, two = await asyncio.gather(first, again)
+    assert sum(len(judge.requests) for judge in judges) == 1
+    assert one[0].message == two[0].message and one[0].msg_id == two[0].msg_id
+
+
+async def test_a_delivery_waiting_on_one_that_ends_without_a_verdict_comes_back_later() -> None:
+    """The first delivery's artifact is not stored yet (Retry): the one waiting on it retries too."""
+    bus = InMemoryBus()
+    handler = handler_for(bus, ScriptedJudge(correct_report()))
+    artifact = asyncio.Event()
+    original = bus.get_artifact
+
+    async def slow_missing(name: str) -> bytes:
+        await artifact.wait()
+        return await original(name)
+
+    bus.get_artifact = slow_missing  # type: ignore[method-assign]
+    first = asyncio.create_task(handler(request(), DELIVERY))
+    await asyncio.sleep(0.05)
+    again = asyncio.create_task(handler(request(), DELIVERY))
+    await asyncio.sleep(0.05)
+    artifact.set()
+    for call in (first, again):
+        with pytest.raises(Retry):
+            await call
