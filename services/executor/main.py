@@ -10,7 +10,6 @@ per-GPU timing lock (kernelfoundry.stack.quiet_host), so no timed run shares the
 from __future__ import annotations
 
 import os
-import re
 import socket
 import tempfile
 from dataclasses import replace
@@ -24,7 +23,7 @@ from kernelfoundry.evaluation import EvaluationSettings, EvaluationWorker
 from kernelfoundry.service_host import ServiceParts, make_consumer, run_service
 from kernelfoundry.services.executor.handlers import EvaluateHandler
 from kernelfoundry.services.executor.identity import executor_identity
-from kernelfoundry.stack.device_lease import DeviceLease, physical_gpu
+from kernelfoundry.stack.device_lease import DeviceLease, gpu_folder
 from kernelfoundry.telemetry.logging import get_logger
 from kernelfoundry.telemetry.metrics import Metrics
 from kernelfoundry.v1 import build_pb2
@@ -48,8 +47,8 @@ def timing_lock_folder(settings: Settings, device: str) -> str:
     if settings.executor_slots <= 1:
         return ""
     base = Path(settings.timing_lock_dir or settings.device_lock_dir or tempfile.gettempdir())
-    gpu = re.sub(r"[^A-Za-z0-9_.-]", "_", physical_gpu(device) or device)
-    return str(base / "kf-gpu-timing" / f"gpu-{gpu}")
+    folder = gpu_folder(base / "kf-gpu-timing", device)
+    return "" if folder is None else str(folder)
 
 
 def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
@@ -61,8 +60,9 @@ def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
         changes["timed_runs"] = settings.timed_runs
     if settings.cpu_threads:
         changes["cpu_threads"] = settings.cpu_threads
-    if timing_lock_folder(settings, device):
-        changes["timing_lock_dir"] = timing_lock_folder(settings, device)
+    folder = timing_lock_folder(settings, device)
+    if folder:
+        changes["timing_lock_dir"] = folder
     if settings.torch_compile_baseline is not None:
         changes["measure_torch_compile"] = settings.torch_compile_baseline
     return replace(base, **changes)  # type: ignore[arg-type]
@@ -70,11 +70,11 @@ def evaluation_settings(settings: Settings, device: str) -> EvaluationSettings:
 
 def judge_writable(settings: Settings, device: str) -> tuple[Path, ...]:
     """What the sandboxed judge may write besides its scratch: the timing lock's folder, if any."""
-    if not timing_lock_folder(settings, device):
+    folder = timing_lock_folder(settings, device)
+    if not folder:
         return ()
-    folder = Path(timing_lock_folder(settings, device))
-    folder.mkdir(parents=True, exist_ok=True)
-    return (folder,)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return (Path(folder),)
 
 
 async def wire(settings: Settings, bus: Bus, metrics: Metrics) -> ServiceParts:

@@ -24,12 +24,13 @@ ANSWER_SAMPLE_ELEMENTS = 1 << 22
 
 def answer_sample(tensor: Any) -> Any:
     """Every k-th element of the flattened tensor, k the least stride that leaves at most
-    ANSWER_SAMPLE_ELEMENTS (k = 1: all of it), as a copy; the same positions for any tensor of its size."""
+    ANSWER_SAMPLE_ELEMENTS (k = 1: all of it, flattened); the same positions for any tensor of its size.
+    A sample is a copy, so the whole tensor need not be kept for it."""
     import torch
 
     flat = tensor.detach().reshape(-1)
     stride = max(1, -(-flat.numel() // ANSWER_SAMPLE_ELEMENTS))
-    return flat[::stride].clone(memory_format=torch.contiguous_format)
+    return flat if stride == 1 else flat[::stride].clone(memory_format=torch.contiguous_format)
 
 
 @dataclass
@@ -110,14 +111,7 @@ def judge_values(
             reasons.DEGENERATE_OUTPUT,
             f"output {i} is (near) constant while the reference varies; {detail}",
         )
-    previous = history.previous_reference
-    replayed = answer_sample(out) if previous is not None and i < len(previous) else None
-    if (
-        replayed is not None
-        and previous is not None
-        and replayed.shape == previous[i].shape
-        and comparison.compare(replayed, previous[i], tolerance, history.error_floor).ok
-    ):
+    if _replays_previous(history, i, out, tolerance):
         raise EvaluationFailure(
             reasons.STALE_OUTPUT,
             f"output {i} equals the previous trial's result, not this trial's; {detail}",
@@ -140,3 +134,15 @@ def judge_values(
             f"correct for the first shape, wrong for shape `{history.shape_name}`; {detail}",
         )
     raise EvaluationFailure(reasons.WRONG_RESULT, detail)
+
+
+def _replays_previous(history: TrialHistory, i: int, out: Any, tolerance: Tolerance) -> bool:
+    """Output `i` holds the previous trial's answer (compared at its sampled positions)."""
+    previous = history.previous_reference
+    if previous is None or i >= len(previous):
+        return False
+    replayed = answer_sample(out)
+    return (
+        replayed.shape == previous[i].shape
+        and comparison.compare(replayed, previous[i], tolerance, history.error_floor).ok
+    )

@@ -55,16 +55,20 @@ def physical_gpu(device: str, environ: Mapping[str, str] | None = None) -> str |
     return entries[index] if 0 <= index < len(entries) else None
 
 
+def gpu_folder(base: Path, device: str, environ: Mapping[str, str] | None = None) -> Path | None:
+    """`base`'s folder for the physical GPU `device` names (physical_gpu); None for a CPU."""
+    gpu = physical_gpu(device, environ)
+    return None if gpu is None else base / f"gpu-{_UNSAFE.sub('_', gpu)}"
+
+
 class DeviceLease:
     def __init__(self, folder: str | Path | None, environ: Mapping[str, str] | None = None) -> None:
         self.folder = Path(folder) if folder not in (None, "") else None
         self.environ = environ
 
     def _lock(self, device: str) -> HostLock | None:
-        gpu = physical_gpu(device, self.environ)
-        if self.folder is None or gpu is None:
-            return None
-        return HostLock(self.folder / f"gpu-{_UNSAFE.sub('_', gpu)}")
+        folder = gpu_folder(self.folder, device, self.environ) if self.folder is not None else None
+        return None if folder is None else HostLock(folder)
 
     def evaluating(
         self, device: str, wait_s: float = EVALUATION_WAIT_S
